@@ -1,0 +1,1 @@
+"""Prefect flows that wire prefdata steps together; logic lives in prefdata, checks and trainers."""

@@ -1,0 +1,62 @@
+"""The one record shape prefdata works with, and ids derived from content.
+
+A preference pair is a row of a polars frame with the TRL "standard" columns plus ids:
+
+    id          the row's identity: the source's own `id` when it has one, else `pair_id`
+    pair_id     sha256(prompt_id, both responses in sorted order)[:16]; independent of which
+                side won, so the same two responses to the same prompt always share one id
+    prompt_id   sha256(normalised prompt)[:16]
+    prompt, chosen, rejected
+
+Optional columns are kept when the source has them (OPTIONAL_COLUMNS). Comparisons that did not
+resolve to a preference (ties, no majority) live in a separate frame with `response_a`,
+`response_b` and `label`; annotator votes live in a long frame `pair_id, annotator, vote`.
+Re-importing the same data never mints new ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+PAIR_COLUMNS = ("id", "pair_id", "prompt_id", "prompt", "chosen", "rejected")
+COMPARISON_COLUMNS = ("id", "pair_id", "prompt_id", "prompt", "response_a", "response_b", "label")
+VOTE_COLUMNS = ("pair_id", "annotator", "vote")
+VOTE_VALUES = ("a", "b", "tie")
+OPTIONAL_COLUMNS = (
+    "category",
+    "chosen_model",
+    "rejected_model",
+    "model_a",
+    "model_b",
+    "source",
+    "split",
+    "annotators",
+    "prompt_messages",
+)
+
+_WS = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """Case-, whitespace- and unicode-insensitive form used for ids and exact-duplicate checks."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip().casefold()
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))  # length prefix: ("ab","c") != ("a","bc")
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+def prompt_id(prompt: str) -> str:
+    return _digest(normalise_text(prompt))
+
+
+def pair_id(prompt: str, response_1: str, response_2: str) -> str:
+    first, second = sorted((response_1, response_2))
+    return _digest(prompt_id(prompt), first, second)
