@@ -1,0 +1,3 @@
+from prefdata.cli import main
+
+main()

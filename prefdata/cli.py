@@ -1,0 +1,229 @@
+"""The `prefdata` command line. Heavy libraries are imported inside the commands that need them,
+so `prefdata --help` stays fast and never loads torch, TRL or Great Expectations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prefdata.errors import PrefdataError, UnusableInput
+
+app = typer.Typer(
+    name="prefdata",
+    help="Preference data you can trust: import, check, version, and train from validated versions.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+_state = {"verbose": False}
+
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL [default: $PREFDATA_STORE or .prefdata/store]")]
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _track(items, description: str, total: int):
+    """A progress bar for long loops; plain iteration for small ones and non-terminals."""
+    if total < 20_000:
+        return items
+    from rich.progress import track
+
+    return track(items, description=description, total=total, console=_console(stderr=True), transient=True)
+
+
+def _write_json(path: Path | None, payload: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False) -> None:
+    _state["verbose"] = verbose
+
+
+@app.command("import")
+def import_cmd(
+    src: Annotated[Path, typer.Argument(help="JSONL, JSON, CSV, TSV or Parquet file, gzipped or not.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="auto, trl, trl-chat, hh-rlhf or comparisons.")] = "auto",
+    votes: Annotated[Optional[Path], typer.Option(help="Long votes table: pair_id, annotator, vote (a|b|tie).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Write a draft version NAME@VERSION into the store.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write normalised rows to this .jsonl or .parquet file.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
+    card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
+    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.")] = 1 << 20,
+    store: StoreOpt = None,
+) -> int:
+    """Import preference data, quarantining every row that cannot be used (with its reason)."""
+    from prefdata.importer import import_file, version_tables
+    from prefdata.writers import write_rows, write_quarantine
+
+    if (name is None) == (out is None):
+        raise UnusableInput("give exactly one of --name NAME (store a draft version) or --out FILE (write rows)")
+    guidelines = _read_card(card)
+    result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track)
+    summary = result.summary()
+    if out is not None:
+        summary["outputs"] = write_rows(result, out)
+        summary["quarantine_file"] = str(write_quarantine(result.quarantine, out))
+    else:
+        from prefdata.store import Store
+
+        st = Store(store)
+        version = st.create(
+            name, version_tables(result), quarantine=result.quarantine, counts=summary,
+            lineage={"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}},
+            guidelines=guidelines,
+        )
+        summary["version"] = version.ref
+        summary["store"] = st.url
+        summary["quarantine_file"] = f"{st.path(version.ref)}/quarantine.jsonl" if result.quarantine else None
+    _write_json(json_path, summary)
+    _print_import(summary)
+    return 0
+
+
+def _read_card(card: Path | None) -> str | None:
+    if card is None:
+        return None
+    try:
+        return card.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"{card}: cannot read the guideline document ({exc})") from None
+
+
+def _print_import(summary: dict) -> None:
+    console = _console()
+    console.print(
+        f"read {summary['read']} = kept {summary['kept']} + quarantined {summary['quarantined']}"
+        f"  ({summary['pairs']} preference pairs, format {summary['format']})"
+    )
+    for reason, n in summary["unresolved"].items():
+        console.print(f"  kept but not a pair: {n} {reason}")
+    for reason, n in summary["reasons"].items():
+        console.print(f"  quarantined: {n} {reason}")
+    if summary.get("votes_read"):
+        console.print(f"votes read {summary['votes_read']} = kept {summary['votes_kept']} + quarantined {summary['votes_quarantined']}")
+    if summary.get("quarantine_file"):
+        console.print(f"quarantine: {summary['quarantine_file']}")
+    if "version" in summary:
+        console.print(f"version: {summary['version']} (draft)")
+
+
+@app.command()
+def versions(name: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None, store: StoreOpt = None) -> int:
+    """List the versions in the store."""
+    from rich.table import Table
+
+    from prefdata.store import Store
+
+    table = Table("version", "status", "created", "pairs", "checks")
+    for v in Store(store).versions(name):
+        rows = v.manifest["counts"]["rows"].get("default", {})
+        report = v.manifest.get("check_report")
+        checks = "-" if not report else ("passed" if report.get("passed") else "failed")
+        table.add_row(v.ref, v.status, v.manifest["created_at"], str(sum(rows.values())), checks)
+    _console().print(table)
+    return 0
+
+
+@app.command()
+def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the latest).")],
+         json_out: Annotated[bool, typer.Option("--json", help="Print the whole manifest as JSON.")] = False,
+         store: StoreOpt = None) -> int:
+    """Show a version: status, rows per split, lineage and check results."""
+    from prefdata.store import Store
+
+    v = Store(store).get(ref)
+    m = v.manifest
+    if json_out:
+        print(json.dumps(m, indent=2, ensure_ascii=False))
+        return 0
+    console = _console()
+    console.print(f"[bold]{v.ref}[/bold]  status: {m['status']}  created: {m['created_at']}")
+    for config, splits in m["counts"]["rows"].items():
+        console.print(f"  {config}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
+    counts = m["counts"]
+    console.print(f"  read {counts['read']} = kept {counts['kept']} + quarantined {counts['quarantined']}")
+    for source in m["lineage"].get("sources", []):
+        console.print(f"  source ({source.get('role', 'data')}): {source['path']}  sha256 {source['sha256'][:12]}")
+    if m["lineage"].get("parent"):
+        console.print(f"  parent: {m['lineage']['parent']}")
+    report = m.get("check_report")
+    if report:
+        console.print(f"  checks: {'passed' if report['passed'] else 'FAILED'}")
+        for c in report["checks"]:
+            console.print(f"    {c['status']:5}  {c['id']}  metric={c['metric']}  threshold={c['threshold']}")
+    return 0
+
+
+@app.command()
+def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: StoreOpt = None) -> int:
+    """Check every file of a version against its manifest; exit 1 on any change, loss or addition."""
+    from prefdata.store import Store
+
+    st = Store(store)
+    v = st.get(ref)
+    problems = st.verify(v.ref)
+    console = _console()
+    if problems:
+        for p in problems:
+            console.print(f"{v.ref}: {p}")
+        console.print(f"{v.ref}: FAILED verification ({len(problems)} problem{'s' * (len(problems) != 1)})")
+        return 1
+    console.print(f"{v.ref}: ok ({len(v.manifest['files'])} files match the manifest)")
+    return 0
+
+
+@app.command()
+def publish(ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")], store: StoreOpt = None) -> int:
+    """Mark a draft version validated."""
+    from prefdata.store import Store
+
+    st = Store(store)
+    v = st.get(ref)
+    problems = st.verify(v.ref)
+    if problems:
+        raise PrefdataError(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
+    v = st.set_status(v.ref, "validated")
+    _console().print(f"{v.ref}: validated")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, prog_name="prefdata", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        _console(stderr=True).print("prefdata: aborted")
+        code = 130
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except PrefdataError as exc:
+        if _state["verbose"]:
+            _console(stderr=True).print_exception()
+        print(f"prefdata: error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except Exception as exc:  # a bug: one line unless asked for the traceback
+        if _state["verbose"]:
+            _console(stderr=True).print_exception()
+        print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)", file=sys.stderr)
+        code = 3
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

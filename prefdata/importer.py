@@ -1,0 +1,278 @@
+"""Import a source file into canonical frames, quarantining every row that cannot be used.
+
+Invariant, checked before returning: rows read = rows kept + rows quarantined (the same for votes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from prefdata.errors import UnusableInput
+from prefdata.formats import (
+    CONVERTERS,
+    FORMATS,
+    RowRejected,
+    detect_format,
+    majority,
+    parse_vote,
+    required_columns,
+    resolve,
+    unresolved_reason,
+)
+from prefdata.readers import RawRow, read_rows
+from prefdata.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
+
+DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB per text field
+QUARANTINE_RAW_CHARS = 2000  # raw values are cut in the quarantine file so it stays readable
+
+Track = Callable[[Iterable[Any], str, int], Iterable[Any]]
+
+
+@dataclass
+class ImportResult:
+    format: str
+    pairs: pl.DataFrame
+    comparisons: pl.DataFrame | None
+    votes: pl.DataFrame | None
+    quarantine: list[dict[str, Any]]
+    read: int
+    kept: int
+    quarantined: int
+    votes_read: int = 0
+    votes_kept: int = 0
+    votes_quarantined: int = 0
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unresolved(self) -> dict[str, int]:
+        """Kept comparisons that did not become pairs, by reason (tie, no_majority)."""
+        if self.comparisons is None:
+            return {}
+        reasons = Counter(unresolved_reason(r) for r in self.comparisons.iter_rows(named=True))
+        reasons.pop(None, None)
+        return dict(reasons.most_common())
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        return dict(Counter(q["reason"] for q in self.quarantine).most_common())
+
+    def summary(self) -> dict[str, Any]:
+        summary = {
+            "format": self.format,
+            "read": self.read,
+            "kept": self.kept,
+            "quarantined": self.quarantined,
+            "pairs": self.pairs.height,
+            "unresolved": self.unresolved,
+            "reasons": self.reasons,
+        }
+        if self.votes_read:
+            summary.update(votes_read=self.votes_read, votes_kept=self.votes_kept,
+                           votes_quarantined=self.votes_quarantined)
+        return summary
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > QUARANTINE_RAW_CHARS:
+        return value[:QUARANTINE_RAW_CHARS] + f"... [{len(value)} chars]"
+    if isinstance(value, dict):
+        return {k: _cut(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v) for v in value[:50]]
+    return value
+
+
+def _quarantine_entry(path: Path, row: RawRow, reason: str, detail: str) -> dict[str, Any]:
+    return {"file": str(path), "row": row.number, "reason": reason, "detail": detail,
+            "raw": _cut(row.data) if row.data is not None else None}
+
+
+def _too_large(data: dict[str, Any], limit: int) -> str | None:
+    for name, value in data.items():
+        if isinstance(value, str) and len(value) > limit // 4 and len(value.encode("utf-8")) > limit:
+            return name
+        if isinstance(value, list) and sum(len(str(v)) for v in value) > limit:
+            return name
+    return None
+
+
+def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFrame:
+    present = {k for r in records for k in r}
+    columns = list(leading) + [c for c in OPTIONAL_COLUMNS + ("cmp_key",) if c in present and c not in leading]
+    return pl.DataFrame(
+        {c: [r.get(c) for r in records] for c in columns}, schema={c: pl.String for c in columns}
+    )
+
+
+def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
+    good = [r for r in rows if r.data is not None]
+    if not good:
+        raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed)")
+    columns = set().union(*(r.data.keys() for r in good[:1000]))
+    if fmt == "auto":
+        try:
+            fmt = detect_format(columns, good[0].data)
+        except ValueError as exc:
+            raise UnusableInput(f"{path}: {exc}; pass --format with one of {', '.join(FORMATS[1:])}") from None
+    elif fmt not in CONVERTERS:
+        raise UnusableInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    all_columns = set().union(*(r.data.keys() for r in good))
+    for alternatives in required_columns(fmt):
+        if not all_columns.intersection(alternatives):
+            raise UnusableInput(
+                f"{path}: missing column {' or '.join(repr(a) for a in alternatives)} "
+                f"needed by format {fmt!r} (columns: {', '.join(sorted(all_columns))})"
+            )
+    return fmt
+
+
+def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]]) -> tuple[list[dict], int]:
+    """The long votes table: pair_id, annotator, vote. Returns kept votes and the rows read."""
+    rows = list(read_rows(path))
+    good = [r for r in rows if r.data is not None]
+    columns = set().union(*(r.data.keys() for r in good)) if good else set()
+    missing = [c for c in VOTE_COLUMNS if c not in columns]
+    if missing:
+        raise UnusableInput(f"{path}: votes table lacks column(s) {', '.join(missing)}; it needs pair_id, annotator, vote")
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row.data is None:
+            quarantine.append(_quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            continue
+        try:
+            pid, annotator = row.data.get("pair_id"), row.data.get("annotator")
+            if pid is None or str(pid).strip() == "":
+                raise RowRejected("missing_field:pair_id")
+            if annotator is None or str(annotator).strip() == "":
+                raise RowRejected("missing_field:annotator")
+            vote = parse_vote(row.data.get("vote"))
+            if vote is None:
+                raise RowRejected("missing_field:vote")
+            pid, annotator = str(pid), str(annotator)
+            if pid not in known_ids:
+                raise RowRejected("unknown_pair_id", f"{pid!r} is not an id in the data")
+            previous = kept.get((pid, annotator))
+            if previous is not None and previous["vote"] != vote:
+                raise RowRejected("conflicting_vote", f"{annotator} voted {previous['vote']} and {vote} on {pid}")
+            if previous is not None:
+                raise RowRejected("duplicate_vote", f"{annotator} voted twice on {pid}")
+        except RowRejected as rejected:
+            quarantine.append(_quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        kept[(pid, annotator)] = {"pair_id": pid, "annotator": annotator, "vote": vote}
+    return list(kept.values()), len(rows)
+
+
+def import_file(
+    src: str | Path,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+) -> ImportResult:
+    path = Path(src)
+    rows = list(read_rows(path))
+    fmt = _choose_format(path, rows, fmt)
+    convert = CONVERTERS[fmt]
+    quarantine: list[dict[str, Any]] = []
+    converted: list = []
+    content_by_id: dict[str, tuple] = {}
+    for row in (track(rows, f"importing {path.name}", len(rows)) if track else rows):
+        if row.data is None:
+            quarantine.append(_quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            continue
+        try:
+            big = _too_large(row.data, max_text_bytes)
+            if big:
+                raise RowRejected(f"text_too_large:{big}", f"over {max_text_bytes} bytes (--max-text-bytes)")
+            item = convert(row.data)
+            record = item.record
+            content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
+            if record["id"] is None:
+                # No source id: the content id, numbered on repeats so rows (and their votes)
+                # stay apart; re-importing the same file gives the same ids.
+                record["id"] = record["pair_id"]
+                repeat = 1
+                while record["id"] in content_by_id:
+                    repeat += 1
+                    record["id"] = f"{record['pair_id']}-{repeat}"
+            elif content_by_id.get(record["id"], content) != content:
+                raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
+            content_by_id[record["id"]] = content
+        except RowRejected as rejected:
+            quarantine.append(_quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        converted.append(item)
+
+    pairs = [c.record for c in converted if c.kind == "pair"]
+    comparisons = [c.record for c in converted if c.kind == "comparison"]
+    vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
+    data_quarantined = len(quarantine)
+    votes_read = len(vote_rows)
+    if votes is not None:
+        long_votes, votes_read_long = _read_votes(Path(votes), set(content_by_id), quarantine)
+        vote_rows.extend(long_votes)
+        votes_read += votes_read_long
+    if comparisons:
+        by_pair: dict[str, list[str]] = {}
+        for v in vote_rows:
+            by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+        for record in comparisons:
+            if record["id"] in by_pair:  # votes decide; a label column only counts without votes
+                record["label"] = majority(by_pair[record["id"]])
+        pairs.extend(p for p in map(resolve, comparisons) if p is not None)
+
+    kept = len(converted)
+    result = ImportResult(
+        format=fmt,
+        pairs=_frame(pairs, PAIR_COLUMNS),
+        comparisons=_frame(comparisons, COMPARISON_COLUMNS) if comparisons else None,
+        votes=_frame(vote_rows, VOTE_COLUMNS) if vote_rows else None,
+        quarantine=quarantine,
+        read=len(rows),
+        kept=kept,
+        quarantined=data_quarantined,
+        votes_read=votes_read,
+        votes_kept=len(vote_rows),
+        votes_quarantined=len(quarantine) - data_quarantined,
+        sources=[{"path": str(path), "sha256": _sha256(path), "role": "data", "format": fmt}]
+        + ([{"path": str(votes), "sha256": _sha256(Path(votes)), "role": "votes"}] if votes else []),
+    )
+    assert result.read == result.kept + result.quarantined, "import counts do not reconcile"
+    assert result.votes_read == result.votes_kept + result.votes_quarantined, "vote counts do not reconcile"
+    return result
+
+
+def version_tables(result: ImportResult) -> dict[str, dict[str, pl.DataFrame]]:
+    """The tables a store version holds, pairs split by their `split` column (default: train)."""
+    from prefdata.store import sft_subset
+
+    pairs = result.pairs
+    if "split" in pairs.columns:
+        pairs = pairs.with_columns(pl.col("split").fill_null("train"))
+        splits = {s: pairs.filter(pl.col("split") == s) for s in sorted(pairs["split"].unique())}
+    else:
+        splits = {"train": pairs}
+    tables = {"default": splits}
+    if "train" in splits:
+        tables["sft"] = {"train": sft_subset(splits["train"])}
+    if result.comparisons is not None:
+        tables["comparisons"] = {"train": result.comparisons}
+    if result.votes is not None:
+        tables["votes"] = {"train": result.votes}
+    return tables
