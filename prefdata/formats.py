@@ -127,7 +127,7 @@ def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
     if split is not None and not _SPLIT.match(str(split)):
         raise RowRejected("invalid_split", f"split {split!r} must be letters, digits or '_' (e.g. train, test)")
     kept = {}
-    for name in OPTIONAL_COLUMNS + ("cmp_key",):
+    for name in OPTIONAL_COLUMNS:
         value = row.get(name)
         if value is not None and name != "prompt_messages":
             kept[name] = value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
@@ -218,15 +218,22 @@ def _render(messages: list[dict[str, str]]) -> str:
 
 def from_trl_chat(row: Mapping[str, Any]) -> Converted:
     chosen, rejected = _messages(row, "chosen"), _messages(row, "rejected")
-    if row.get("prompt") is not None:
-        prompt = _messages(row, "prompt")
-    else:  # implicit prompt: the messages both sides share
+    given = row.get("prompt")
+    if given is None:  # implicit prompt: the messages both sides share
         shared = 0
         while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
             shared += 1
         if shared == 0:
             raise RowRejected("missing_field:prompt", "no prompt column and no shared leading messages")
-        prompt, chosen, rejected = chosen[:shared], chosen[shared:], rejected[shared:]
+        prompt = chosen[:shared]
+    elif isinstance(given, str):  # UltraFeedback-binarized style: text prompt, whole conversations
+        prompt = [{"role": "user", "content": _text(row, "prompt")}]
+    else:
+        prompt = _messages(row, "prompt")
+    # Sides that repeat the prompt messages (whole conversations) keep only what follows them.
+    n = len(prompt)
+    if chosen[:n] == prompt and rejected[:n] == prompt and len(chosen) > n and len(rejected) > n:
+        chosen, rejected = chosen[n:], rejected[n:]
     prompt_text = _render(prompt)
     if not prompt_text.strip():
         raise RowRejected("empty_text:prompt")

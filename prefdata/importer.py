@@ -113,7 +113,7 @@ def _too_large(data: dict[str, Any], limit: int) -> str | None:
 
 def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFrame:
     present = {k for r in records for k in r}
-    columns = list(leading) + [c for c in OPTIONAL_COLUMNS + ("cmp_key",) if c in present and c not in leading]
+    columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
     return pl.DataFrame(
         {c: [r.get(c) for r in records] for c in columns}, schema={c: pl.String for c in columns}
     )

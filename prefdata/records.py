@@ -30,10 +30,13 @@ OPTIONAL_COLUMNS = (
     "rejected_model",
     "model_a",
     "model_b",
+    "cmp_key",  # PandaLM: "modelA_modelB"
     "source",
     "split",
     "annotators",
     "prompt_messages",
+    "score_chosen",
+    "score_rejected",
 )
 
 _WS = re.compile(r"\s+")

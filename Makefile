@@ -1,0 +1,28 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set up .venv first.
+SHELL := /bin/bash
+VENV := .venv/bin
+# Offline by default: no hub downloads, no telemetry, Prefect state inside the project.
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export PREFECT_HOME ?= $(CURDIR)/.prefdata/prefect
+export PREFDATA_STORE ?= $(CURDIR)/.prefdata/store
+SAMPLE ?= ../shared/data/hh-rlhf-harmless/test.jsonl.gz
+PYTEST_ARGS ?= -m "not slow"
+
+.PHONY: setup demo test test-all
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@bash scripts/demo.sh "$(SAMPLE)"
+
+# pytest exits 5 when it collected no test: that is a failure here, never a silent pass.
+test: setup
+	@$(VENV)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected: failing"; exit 1; fi; exit $$rc
+
+test-all: PYTEST_ARGS :=
+test-all: test

@@ -1,0 +1,93 @@
+"""The command line as a user meets it: real processes, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, env_store: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if env_store is not None:
+        env["PREFDATA_STORE"] = str(env_store)
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    code = (
+        "import sys\nfrom prefdata.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'trl', 'transformers', 'great_expectations', 'prefect', 'polars', 'datasets') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert "HEAVY []" in out
+    assert "import" in out and "verify" in out
+
+
+def test_import_publish_show_verify_round_trip(tmp_path, shared_data):
+    store = tmp_path / "store"
+    summary = tmp_path / "summary.json"
+    done = run("import", str(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz"), "--name", "hh", "--json", str(summary), env_store=store)
+    assert done.returncode == 0, done.stderr
+    assert "read 2312 = kept 2312 + quarantined 0" in done.stdout
+    info = json.loads(summary.read_text())
+    assert (info["read"], info["kept"], info["quarantined"]) == (2312, 2312, 0)
+    ref = info["version"]
+    assert ref.startswith("hh@") and "quarantine_file" in info
+
+    assert run("verify", ref, env_store=store).returncode == 0
+    shown = run("show", ref, "--json", env_store=store)
+    manifest = json.loads(shown.stdout)
+    assert manifest["status"] == "draft" and manifest["counts"]["rows"]["default"]["train"] == 2312
+    assert manifest["lineage"]["sources"][0]["sha256"]
+    assert ref in run("versions", env_store=store).stdout
+
+    parquet = next((store / "hh").glob("*/data/train-*.parquet"))
+    parquet.write_bytes(parquet.read_bytes()[:-10])
+    failed = run("verify", ref, env_store=store)
+    assert failed.returncode == 1 and "changed: data/train" in failed.stdout
+
+
+def test_import_out_writes_rows_and_quarantine(tmp_path):
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"prompt": "p", "chosen": "c", "rejected": "r"}\n{"prompt": "p"}\n')
+    out = tmp_path / "out" / "rows.parquet"
+    done = run("import", str(src), "--out", str(out), "--json", str(tmp_path / "s.json"))
+    assert done.returncode == 0, done.stderr
+    info = json.loads((tmp_path / "s.json").read_text())
+    assert (info["read"], info["kept"], info["quarantined"]) == (2, 1, 1)
+    quarantined = [json.loads(line) for line in Path(info["quarantine_file"]).read_text().splitlines()]
+    assert quarantined[0]["row"] == 2 and quarantined[0]["reason"].startswith("missing_field")
+    import polars as pl
+
+    assert pl.read_parquet(out).columns[:6] == ["id", "pair_id", "prompt_id", "prompt", "chosen", "rejected"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["import", "/no/such/file.jsonl", "--out", "x.jsonl"], "no such file"),
+        (["import", "{src}", "--format", "yaml", "--out", "x.jsonl"], "unknown format"),
+        (["import", "{src}", "--name", "../up"], "not allowed"),
+        (["import", "{src}"], "exactly one of --name"),
+        (["show", "nothing@abcd"], "no dataset named"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, needle):
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"prompt": "p", "chosen": "c", "rejected": "r"}\n')
+    done = run(*[a.replace("{src}", str(src)) for a in args], env_store=tmp_path / "store")
+    assert done.returncode == 2
+    assert needle in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    done = run("--verbose", "import", "/no/such/file.jsonl", "--out", "x.jsonl")
+    assert done.returncode == 2 and "Traceback" in done.stderr

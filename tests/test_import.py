@@ -1,0 +1,218 @@
+"""Import: real formats, broken rows quarantined with reasons, counts that reconcile."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from prefdata.errors import UnusableInput
+from prefdata.formats import split_hh
+from prefdata.importer import import_file, version_tables
+from prefdata.records import pair_id, prompt_id
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_hh_rlhf_real_file_splits_every_transcript(shared_data):
+    src = shared_data / "hh-rlhf-harmless" / "test.jsonl.gz"
+    originals = [json.loads(line) for line in gzip.open(src, "rt")]
+    result = import_file(src)
+    assert result.format == "hh-rlhf"
+    assert (result.read, result.kept, result.quarantined) == (2312, 2312, 0)
+    assert result.pairs.height == 2312
+    for original, row in zip(originals, result.pairs.iter_rows(named=True)):
+        assert row["prompt"].endswith("\n\nAssistant:")
+        # prompt is the shared prefix; chosen/rejected are what follows it (one space dropped)
+        assert original["chosen"].startswith(row["prompt"])
+        assert original["rejected"].startswith(row["prompt"])
+        assert original["chosen"][len(row["prompt"]):].removeprefix(" ") == row["chosen"]
+        assert original["rejected"][len(row["prompt"]):].removeprefix(" ") == row["rejected"]
+    # 4 real rows prefer an empty answer: kept (the degenerate_pairs check flags them), not lost
+    assert (result.pairs["chosen"].str.strip_chars() == "").sum() == 4
+
+
+def test_hh_split_keeps_responses_that_contain_the_marker():
+    # A reply that itself contains "\n\nAssistant:" (5 real HH rows do) must not move the prompt cut.
+    chosen = "\n\nHuman: hi\n\nAssistant: hello\n\nAssistant: again"
+    rejected = "\n\nHuman: hi\n\nAssistant: go away"
+    assert split_hh(chosen, rejected) == ("\n\nHuman: hi\n\nAssistant:", "hello\n\nAssistant: again", "go away")
+
+
+def test_pandalm_three_annotators_majority_counts(shared_data):
+    result = import_file(shared_data / "pandalm" / "testset-v1.json")
+    assert result.format == "comparisons"
+    assert (result.read, result.kept, result.quarantined) == (999, 999, 0)
+    labels = Counter(result.comparisons["label"].to_list())
+    assert (labels["tie"], labels["a"], labels["b"]) == (105, 422, 472)  # PandaLM README
+    assert result.votes.height == 3 * 999
+    assert set(result.votes["annotator"].unique()) == {"annotator1", "annotator2", "annotator3"}
+    assert result.pairs.height == 422 + 472  # ties stay out of chosen/rejected
+    assert result.unresolved == {"tie": 105}
+    # models follow their responses: the winner's model becomes chosen_model
+    first = result.comparisons.row(0, named=True)
+    pair = result.pairs.filter(pl.col("id") == first["id"]).row(0, named=True)
+    winner = first["label"]
+    assert pair["chosen"] == first[f"response_{winner}"]
+    assert pair["chosen_model"] == first[f"model_{winner}"]
+
+
+def test_long_votes_give_the_same_labels_as_wide(tmp_path, shared_data):
+    wide = import_file(shared_data / "pandalm" / "testset-v1.json")
+    rows = json.loads((shared_data / "pandalm" / "testset-v1.json").read_text())
+    data = write_jsonl(tmp_path / "cmp.jsonl", [
+        {"id": str(r["idx"]), "prompt": f"{r['instruction']}\n\n{r['input']}".strip(),
+         "response_a": str(r["response1"]), "response_b": str(r["response2"])} for r in rows
+    ])
+    votes = tmp_path / "votes.csv"
+    with votes.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["pair_id", "annotator", "vote"])
+        for r in rows:
+            for k in (1, 2, 3):
+                writer.writerow([r["idx"], f"annotator{k}", {0: "tie", 1: "a", 2: "b"}[r[f"annotator{k}"]]])
+    long = import_file(data, votes=votes)
+    assert long.votes_read == long.votes_kept == 2997
+    merged = long.comparisons.select("id", "label").join(wide.comparisons.select("id", "label"), on="id")
+    assert merged.height == 999
+    assert (merged["label"] == merged["label_right"]).all()
+
+
+def test_ids_are_content_derived_and_stable(tmp_path):
+    rows = [{"prompt": "2+2?", "chosen": "4", "rejected": "5"}, {"prompt": "2+2?", "chosen": "4", "rejected": "5"}]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    first, second = import_file(src), import_file(src)
+    assert first.pairs["id"].to_list() == second.pairs["id"].to_list()
+    pid = pair_id("2+2?", "4", "5")
+    assert first.pairs["id"].to_list() == [pid, f"{pid}-2"]  # repeats stay apart, deterministically
+    assert pair_id("2+2?", "5", "4") == pid  # which side won does not change the pair's identity
+    assert prompt_id("  2+2? ") == prompt_id("2+2?")
+
+
+def test_broken_rows_are_quarantined_with_reasons(tmp_path):
+    good = {"prompt": "p", "chosen": "good", "rejected": "bad"}
+    lines = [
+        json.dumps(good),
+        json.dumps({"prompt": "p", "chosen": "c"}),                              # 2 missing rejected
+        json.dumps({"prompt": "p", "chosen": ["not", "text"], "rejected": "r"}),  # 3 wrong type
+        json.dumps({"prompt": "   ", "chosen": "c", "rejected": "r"}),            # 4 empty prompt
+        json.dumps({"prompt": "p", "chosen": "same", "rejected": "same"}),        # 5 identical sides
+        "{not json",                                                              # 6 invalid JSON
+        json.dumps([1, 2]),                                                       # 7 not an object
+        json.dumps({"prompt": "p", "chosen": "x" * 5000, "rejected": "r"}),       # 8 too large
+        json.dumps({"id": "dup", "prompt": "p", "chosen": "one", "rejected": "r"}),  # 9 kept
+        json.dumps({"id": "dup", "prompt": "p", "chosen": "two", "rejected": "r"}),  # 10 id conflict
+        json.dumps({"prompt": "p", "chosen": "ok", "rejected": "fine", "split": "../x"}),  # 11 bad split
+    ]
+    raw = ("\n".join(lines) + "\n").encode() + b'{"prompt": "p", "chosen": "\xff\xfe", "rejected": "r"}\n'  # 12
+    src = tmp_path / "broken.jsonl"
+    src.write_bytes(raw)
+    result = import_file(src, fmt="trl", max_text_bytes=4096)
+    reasons = {q["row"]: q["reason"] for q in result.quarantine}
+    assert reasons == {
+        2: "missing_field:rejected", 3: "wrong_type:chosen", 4: "empty_text:prompt", 5: "identical_responses",
+        6: "invalid_json", 7: "not_an_object", 8: "text_too_large:chosen", 10: "duplicate_id_conflict",
+        11: "invalid_split", 12: "invalid_utf8",
+    }
+    assert result.read == 12 and result.kept == 2 and result.quarantined == 10
+    assert result.read == result.kept + result.quarantined
+
+
+def test_csv_json_parquet_and_gzip_read_the_same_rows(tmp_path):
+    rows = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}", "category": "style"} for i in range(5)]
+    frame = pl.DataFrame(rows)
+    frame.write_csv(tmp_path / "d.csv")
+    frame.write_parquet(tmp_path / "d.parquet")
+    (tmp_path / "d.json").write_text(json.dumps({"data": rows}))
+    with gzip.open(tmp_path / "d.jsonl.gz", "wt") as handle:
+        handle.writelines(json.dumps(r) + "\n" for r in rows)
+    ids = {name: import_file(tmp_path / name).pairs["id"].to_list()
+           for name in ("d.csv", "d.parquet", "d.json", "d.jsonl.gz")}
+    assert len({tuple(v) for v in ids.values()}) == 1 and len(ids["d.csv"]) == 5
+    assert import_file(tmp_path / "d.csv").pairs["category"].to_list() == ["style"] * 5
+
+
+def test_csv_with_broken_rows(tmp_path):
+    src = tmp_path / "d.csv"
+    src.write_bytes(b"prompt,chosen,rejected\nq,a,b\nq,a\nq,\xff,b\nq,c,d\n")
+    result = import_file(src)
+    assert [(q["row"], q["reason"]) for q in result.quarantine] == [(2, "malformed_csv_row"), (3, "invalid_utf8")]
+    assert (result.read, result.kept) == (4, 2)
+
+
+def test_trl_conversational_explicit_implicit_and_whole_conversations(tmp_path):
+    user = {"role": "user", "content": "What is 2+2?"}
+    rows = [
+        {"prompt": [user], "chosen": [{"role": "assistant", "content": "4"}], "rejected": [{"role": "assistant", "content": "5"}]},
+        {"chosen": [user, {"role": "assistant", "content": "4"}], "rejected": [user, {"role": "assistant", "content": "5"}]},
+        {"prompt": "What is 2+2?", "chosen": [user, {"role": "assistant", "content": "4"}],
+         "rejected": [user, {"role": "assistant", "content": "5"}], "score_chosen": 9, "score_rejected": 2},
+        {"prompt": [user], "chosen": "4", "rejected": [{"role": "assistant", "content": "5"}]},
+    ]
+    result = import_file(write_jsonl(tmp_path / "chat.jsonl", rows))
+    assert result.format == "trl-chat"
+    assert result.pairs.select("prompt", "chosen", "rejected").rows() == [("What is 2+2?", "4", "5")] * 3
+    assert [q["reason"] for q in result.quarantine] == ["wrong_type:chosen"]
+    assert result.pairs["score_chosen"].to_list() == [None, None, "9"]
+
+
+def test_votes_table_faults_are_quarantined(tmp_path):
+    data = write_jsonl(tmp_path / "c.jsonl", [
+        {"id": "p1", "prompt": "q", "response_a": "x", "response_b": "y"},
+        {"id": "p2", "prompt": "q2", "response_a": "x", "response_b": "z"},
+    ])
+    votes = write_jsonl(tmp_path / "v.jsonl", [
+        {"pair_id": "p1", "annotator": "ann1", "vote": "a"},
+        {"pair_id": "p1", "annotator": "ann2", "vote": "A"},
+        {"pair_id": "p1", "annotator": "ann1", "vote": "b"},      # conflicting
+        {"pair_id": "nope", "annotator": "ann1", "vote": "a"},    # unknown id
+        {"pair_id": "p2", "annotator": "ann1", "vote": "maybe"},  # invalid vote
+        {"pair_id": "p2", "annotator": "ann2", "vote": "tie"},
+    ])
+    result = import_file(data, votes=votes)
+    assert [q["reason"] for q in result.quarantine] == ["conflicting_vote", "unknown_pair_id", "invalid_vote"]
+    assert (result.votes_read, result.votes_kept, result.votes_quarantined) == (6, 3, 3)
+    assert dict(result.comparisons.select("id", "label").rows()) == {"p1": "a", "p2": "tie"}
+    assert result.pairs["id"].to_list() == ["p1"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.jsonl", b"", "no readable rows"),
+        ("bad.json", b"[{\"prompt\": ", "not valid JSON"),
+        ("x.jsonl.gz", b"\x1f\x8b\x08\x00garbage", "corrupt gzip"),
+        ("cols.jsonl", b'{"question": "q", "answer": "a"}\n', "cannot detect the format"),
+        ("blob.bin", b"\x00\x01\x02", "cannot tell the file type"),
+        ("p.parquet", b"PAR1 not really", "not a readable Parquet file"),
+    ],
+)
+def test_unusable_files_raise_one_clear_error(tmp_path, name, content, message):
+    src = tmp_path / name
+    src.write_bytes(content)
+    with pytest.raises(UnusableInput, match=message) as info:
+        import_file(src)
+    assert str(src) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_column_for_a_forced_format(tmp_path):
+    src = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "chosen": "c"}])
+    with pytest.raises(UnusableInput, match="missing column 'rejected'"):
+        import_file(src, fmt="trl")
+    with pytest.raises(UnusableInput, match="unknown format"):
+        import_file(src, fmt="yaml")
+
+
+def test_version_tables_split_by_split_column(tmp_path):
+    rows = [{"prompt": f"q{i}", "chosen": "c", "rejected": f"r{i}", "split": "test" if i % 4 == 0 else "train"} for i in range(8)]
+    tables = version_tables(import_file(write_jsonl(tmp_path / "s.jsonl", rows)))
+    assert {s: f.height for s, f in tables["default"].items()} == {"test": 2, "train": 6}
+    assert tables["sft"]["train"].columns == ["id", "prompt", "completion"]
+    assert tables["sft"]["train"].height == 6

@@ -1,0 +1,143 @@
+"""The versioned store: content addressing, tamper detection, HF layout, concurrency, name safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from prefdata.errors import GateFailed, UnusableInput
+from prefdata.importer import import_file, version_tables
+from prefdata.store import Store
+
+
+def make_version(store: Store, name: str, rows: list[dict]):
+    src = Path(store.root).parent / f"{name}-{len(rows)}.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = import_file(src)
+    return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
+                        lineage={"parent": None, "sources": result.sources})
+
+
+ROWS = [{"prompt": f"question {i}", "chosen": f"good answer {i}", "rejected": f"bad {i}"} for i in range(20)]
+
+
+def test_same_content_same_version_and_verify(store_root):
+    store = Store()
+    v1 = make_version(store, "demo", ROWS)
+    v2 = make_version(store, "demo", ROWS)
+    assert v1.version == v2.version and len(store.versions("demo")) == 1
+    assert store.verify(v1.ref) == []
+    assert store.get("demo").version == v1.version == store.get(f"demo@{v1.version[:6]}").version
+    v3 = make_version(store, "demo", ROWS[:10])
+    assert v3.version != v1.version and store.get("demo@latest").version == v3.version
+
+
+def test_hf_load_dataset_reads_the_version_folder(store_root, shared_data):
+    import datasets
+
+    store = Store()
+    result = import_file(shared_data / "pandalm" / "testset-v1.json")
+    v = store.create("pandalm", version_tables(result), quarantine=result.quarantine, counts=result.summary(), lineage={})
+    folder = store.path(v.ref)
+    pairs = datasets.load_dataset(folder, split="train")
+    assert pairs.num_rows == 894 and {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
+    assert datasets.load_dataset(folder, "votes", split="train").num_rows == 2997
+    assert datasets.load_dataset(folder, "comparisons", split="train").num_rows == 999
+    assert datasets.load_dataset(folder, "sft", split="train").num_rows == 894
+    assert store.load(v.ref, "votes").height == 2997
+
+
+def test_tampering_is_detected(store_root):
+    store = Store()
+    v = make_version(store, "demo", ROWS)
+    folder = Path(store.path(v.ref))
+    parquet = folder / "data" / "train-00000-of-00001.parquet"
+    data = bytearray(parquet.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    parquet.write_bytes(bytes(data))
+    assert any(p.startswith("changed: data/train") for p in store.verify(v.ref))
+
+    # A forger who also fixes the manifest's hash is caught: the version id is a hash of the hashes.
+    manifest = json.loads((folder / "manifest.json").read_text())
+    import hashlib
+
+    manifest["files"]["data/train-00000-of-00001.parquet"]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert any(p.startswith("manifest:") for p in store.verify(v.ref))
+
+    (folder / "sft" / "train-00000-of-00001.parquet").unlink()
+    (folder / "extra.txt").write_text("sneaked in")
+    problems = store.verify(v.ref)
+    assert "missing: sft/train-00000-of-00001.parquet" in problems and "extra: extra.txt" in problems
+
+
+def test_status_moves_once_and_validated_is_final(store_root):
+    store = Store()
+    v = make_version(store, "demo", ROWS)
+    assert v.status == "draft"
+    store.set_status(v.ref, "rejected", report={"passed": False, "checks": []})
+    v = store.set_status(v.ref, "validated", report={"passed": True, "checks": []})
+    assert v.status == "validated" and [h["status"] for h in v.manifest["status_history"]] == ["draft", "rejected", "validated"]
+    with pytest.raises(GateFailed):
+        store.set_status(v.ref, "rejected")
+    assert store.verify(v.ref) == []  # status changes never touch the content
+
+
+@pytest.mark.parametrize("bad", ["../escape", "/abs", "a/b", "..", "", "x@y/../z"])
+def test_names_that_escape_the_root_are_refused(store_root, bad):
+    with pytest.raises(UnusableInput):
+        Store().get(bad)
+
+
+def test_fsspec_url_store(shared_data):
+    store = Store("memory://prefdata-test-store")
+    result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
+    v = store.create("hh", version_tables(result), quarantine=[], counts=result.summary(), lineage={})
+    assert store.verify(v.ref) == []
+    assert store.load(v.ref).height == 2312
+    assert store.set_status(v.ref, "validated").status == "validated"
+
+
+def test_concurrent_publishes_leave_only_whole_versions(store_root, tmp_path):
+    """Four processes import into one name at once: two with the same content, two different."""
+    sources = []
+    for k, rows in enumerate([ROWS, ROWS, ROWS[:7], ROWS[3:]]):
+        src = tmp_path / f"src{k}.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        sources.append(src)
+    env = {**os.environ, "PREFDATA_STORE": str(store_root)}
+    procs = [subprocess.Popen([sys.executable, "-m", "prefdata", "import", str(s), "--name", "race"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for s in sources]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
+    store = Store(str(store_root))
+    found = store.versions("race")
+    assert len(found) == 3
+    for v in found:
+        assert store.verify(v.ref) == []
+    leftovers = [p for p in (store_root / "race").iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers == []
+
+    # and concurrent status writers never corrupt the manifest
+    target = found[0].ref
+    writers = [subprocess.Popen([sys.executable, "-c",
+                                 "from prefdata.store import Store; import sys; Store(sys.argv[1]).set_status(sys.argv[2], 'rejected', note=sys.argv[3])",
+                                 str(store_root), target, str(i)]) for i in range(4)]
+    assert [w.wait(timeout=120) for w in writers] == [0] * 4
+    history = store.get(target).manifest["status_history"]
+    assert sorted(h.get("note") for h in history[1:]) == ["0", "1", "2", "3"]
+
+
+def test_load_stacks_splits(store_root, tmp_path):
+    rows = [dict(r, split="test" if i < 5 else "train") for i, r in enumerate(ROWS)]
+    v = make_version(Store(), "split", rows)
+    store = Store()
+    assert store.load(v.ref).height == 20
+    assert store.load(v.ref, split="test").height == 5
+    assert isinstance(store.load(v.ref, "sft"), pl.DataFrame)
