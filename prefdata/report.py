@@ -1,0 +1,215 @@
+"""The checklist report, written several ways from the same list of CheckResult.
+
+report.json  what programs read (report_json)          report.md   what a PR comment shows
+junit.xml    what any CI test tab shows                 report.html one self-contained page with
+                                                                    plots as inline SVG: opens
+                                                                    offline, nothing to fetch
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata.checks.base import CheckResult
+
+STATUSES = ("pass", "fail", "error", "skip")
+COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#9a6700", "skip": "#6e7781"}
+MD_OFFENDERS = 20  # per failing check in markdown: enough to start looking, short enough to read
+JUNIT_OFFENDERS = 10
+MAX_BARS = 40  # an HTML bar chart beyond this is unreadable; the lowest values are the news
+RATIO_BINS = 18
+# XML 1.0 cannot carry most control characters; ids and messages come from data, so strip them.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _passed(results: Sequence[CheckResult]) -> bool:
+    return not any(r.status in ("fail", "error") for r in results)
+
+
+def _counts(results: Sequence[CheckResult]) -> Counter:
+    return Counter(r.status for r in results)
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _summary(results: Sequence[CheckResult]) -> str:
+    counts = _counts(results)
+    verdict = "PASSED" if _passed(results) else "FAILED"
+    return f"{verdict}: {len(results)} checks, " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+
+
+def report_json(results: Sequence[CheckResult], passed: bool) -> dict[str, Any]:
+    return {"passed": bool(passed), "checks": [r.to_json() for r in results]}
+
+
+def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "prefdata checklist") -> Path:
+    def cell(text: str) -> str:  # a pipe or newline would break the table row
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"# {title}", "", f"**{_summary(results)}**", "",
+             "| id | status | metric | threshold | offending | message |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| `{r.id}` | {r.status} | {_fmt(r.metric)} | {_fmt(r.threshold)} | "
+                     f"{r.n_offending} | {cell(r.message)} |")
+    for r in results:
+        if r.status not in ("fail", "error"):
+            continue
+        lines += ["", f"## {r.id} ({r.status})", "", cell(r.message) or "(no message)"]
+        if r.offending:
+            shown = r.offending[:MD_OFFENDERS]
+            lines += ["", f"Offending ids ({len(shown)} of {r.n_offending}):", ""]
+            lines += [f"- `{cell(i)}`" for i in shown]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Path(path)
+
+
+def write_junit(results: Sequence[CheckResult], path: Path, suite_name: str = "prefdata.checklist") -> Path:
+    def clean(text: str) -> str:
+        return _XML_ILLEGAL.sub("\ufffd", text)
+
+    counts = _counts(results)
+    totals = {"tests": str(len(results)), "failures": str(counts["fail"]),
+              "errors": str(counts["error"]), "skipped": str(counts["skip"]), "time": "0"}
+    root = ET.Element("testsuites", name=suite_name, **totals)
+    suite = ET.SubElement(root, "testsuite", name=suite_name, **totals)
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name=clean(r.id), time="0")
+        if r.status == "pass":
+            continue
+        if r.status == "skip":
+            ET.SubElement(case, "skipped", message=clean(r.message))
+            continue
+        detail = [r.message, f"metric: {_fmt(r.metric)}", f"threshold: {_fmt(r.threshold)}",
+                  f"offending: {r.n_offending}"]
+        if r.offending:
+            detail.append("first offending ids: " + ", ".join(r.offending[:JUNIT_OFFENDERS]))
+        tag = "failure" if r.status == "fail" else "error"
+        element = ET.SubElement(case, tag, message=clean(r.message), type=r.status)
+        element.text = clean("\n".join(detail))
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return Path(path)
+
+
+# ---- HTML ------------------------------------------------------------------------------------
+
+def _svg_histogram(ratios: Any, threshold: float) -> str:
+    """Length ratios in equal bins from 1 to a cap, plus one overflow bin: real ratios cluster near
+    1 while empty-side pairs sit at a huge sentinel, so an uncapped axis would hide everything."""
+    values = np.asarray(ratios, dtype=float)
+    values = values[~np.isnan(values)]
+    cap = max(10.0, 2.0 * threshold)
+    counts, edges = np.histogram(np.clip(values, 1.0, cap), bins=RATIO_BINS, range=(1.0, cap))
+    counts = np.append(counts, np.count_nonzero(values > cap))  # overflow (np.clip put them last)
+    counts[-2] -= counts[-1]
+    w, h, left, bottom, bar = 640, 220, 50, 30, 560 / (RATIO_BINS + 1)
+    top = max(int(counts.max()), 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">',
+             f'<text x="{left}" y="14" font-size="12">pairs: {len(values)}, max count {top}</text>']
+    for i, count in enumerate(counts):
+        bh = (h - bottom - 24) * count / top
+        colour = COLOURS["fail"] if i == RATIO_BINS or edges[i] >= threshold else "#0969da"
+        label = f">{cap:g}" if i == RATIO_BINS else f"{edges[i]:.1f}-{edges[i + 1]:.1f}"
+        parts.append(f'<rect x="{left + i * bar:.1f}" y="{h - bottom - bh:.1f}" width="{bar - 2:.1f}" '
+                     f'height="{bh:.1f}" fill="{colour}"><title>{html.escape(label)}: {count}</title></rect>')
+    for i in (0, RATIO_BINS // 2, RATIO_BINS):
+        text = f">{cap:g}" if i == RATIO_BINS else f"{edges[i]:g}"
+        parts.append(f'<text x="{left + i * bar:.1f}" y="{h - 10}" font-size="11">{html.escape(text)}</text>')
+    x = left + min((threshold - 1.0) / (cap - 1.0), 1.0) * RATIO_BINS * bar
+    parts.append(f'<line x1="{x:.1f}" y1="20" x2="{x:.1f}" y2="{h - bottom}" stroke="black" '
+                 f'stroke-dasharray="4 3"/><text x="{x + 4:.1f}" y="30" font-size="11">max {threshold:g}</text>')
+    return "\n".join(parts + ["</svg>"])
+
+
+def _svg_bars(shares: Mapping[str, float], line: float | None = None) -> str:
+    """Horizontal bars of shares in [0, 1], lowest first (the ones a reader needs), with an optional
+    threshold line; bars under the line are red."""
+    items = sorted(((str(k), float(v)) for k, v in shares.items()), key=lambda kv: kv[1])[:MAX_BARS]
+    w, row, label_w, plot_w = 640, 18, 180, 400
+    h = row * len(items) + 30
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">']
+    for i, (name, share) in enumerate(items):
+        y = 10 + i * row
+        colour = COLOURS["fail"] if line is not None and share < line else "#0969da"
+        short = name if len(name) <= 28 else name[:27] + "…"
+        width = plot_w * min(max(share, 0.0), 1.0)
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" font-size="11" text-anchor="end">'
+                     f'{html.escape(short)}</text><rect x="{label_w}" y="{y}" width="{width:.1f}" '
+                     f'height="{row - 4}" fill="{colour}"><title>{html.escape(name)}: {share:.3f}</title></rect>'
+                     f'<text x="{label_w + plot_w + 6}" y="{y + 12}" font-size="11">{share:.3f}</text>')
+    if line is not None:
+        x = label_w + plot_w * min(max(line, 0.0), 1.0)
+        parts.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{h - 14}" stroke="black" '
+                     f'stroke-dasharray="4 3"/><text x="{x + 4:.1f}" y="{h - 2}" font-size="11">min {line:g}</text>')
+    return "\n".join(parts + ["</svg>"])
+
+
+def _plot_section(title: str, data: Any, draw: Any) -> str:
+    if data is None or len(data) == 0:
+        return f"<h2>{html.escape(title)}</h2><p class='note'>No data for this plot.</p>"
+    more = f"<p class='note'>Showing the {MAX_BARS} lowest of {len(data)}.</p>" \
+        if isinstance(data, Mapping) and len(data) > MAX_BARS else ""
+    return f"<h2>{html.escape(title)}</h2>{more}<figure>{draw(data)}</figure>"
+
+
+def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, Any] | None = None,
+               title: str = "prefdata checklist") -> Path:
+    plots = plots or {}
+    esc = html.escape
+    rows = []
+    for r in results:
+        ids = ", ".join(r.offending[:5]) + (" …" if r.n_offending > 5 else "")
+        rows.append(f"<tr class='{esc(r.status)}'><td><code>{esc(r.id)}</code></td>"
+                    f"<td>{esc(r.status)}</td><td>{_fmt(r.metric)}</td><td>{_fmt(r.threshold)}</td>"
+                    f"<td>{r.n_offending}</td>"
+                    f"<td>{esc(r.message)}</td><td><code>{esc(ids)}</code></td></tr>")
+    style = "".join(f"tr.{s} td:nth-child(2){{color:#fff;background:{c}}}" for s, c in COLOURS.items())
+    gx_link = "<p><a href='gx/index.html'>Great Expectations Data Docs</a></p>" if plots.get("gx_docs") else ""
+    threshold = float(plots.get("max_length_ratio") or 2.0)  # None when the ratio check was skipped
+    min_share = plots.get("min_category_share")
+    sections = [
+        _plot_section("Length ratio (longer / shorter response)", plots.get("length_ratios"),
+                      lambda d: _svg_histogram(d, threshold)),
+        _plot_section("Annotator agreement with the majority", plots.get("annotator_agreement"),
+                      _svg_bars),
+        _plot_section("Category coverage", plots.get("category_shares"),
+                      lambda d: _svg_bars(d, None if min_share is None else float(min_share))),
+    ]
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
+table{{border-collapse:collapse}}
+td,th{{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}}
+.note{{color:#6e7781}}{style}</style></head>
+<body><h1>{esc(title)}</h1><p><strong>{esc(_summary(results))}</strong></p>{gx_link}
+<table><tr><th>id</th><th>status</th><th>metric</th><th>threshold</th><th>offending</th>
+<th>message</th><th>first ids</th></tr>
+{chr(10).join(rows)}
+</table>
+{chr(10).join(sections)}
+</body></html>
+"""
+    Path(path).write_text(page, encoding="utf-8")
+    return Path(path)
+
+
+def write_reports(results: Sequence[CheckResult], report_dir: Path, plots: Mapping[str, Any] | None = None,
+                  title: str = "prefdata checklist") -> dict[str, Path]:
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "markdown": write_markdown(results, report_dir / "report.md", title),
+        "junit": write_junit(results, report_dir / "junit.xml"),
+        "html": write_html(results, report_dir / "report.html", plots, title),
+    }

@@ -1,0 +1,128 @@
+"""The GX suite on small hand-made frames: real Great Expectations runs through a Checkpoint.
+
+Each run_expectations call costs a fraction of a second once GX is imported, so the frames are run
+once per module (fixtures) and the tests read the results.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from prefdata.checks import gx_suite
+from prefdata.checks.gx_suite import EMPTY_SIDE_RATIO, length_ratios, run_expectations
+
+CATEGORIES = ["chat", "code"]
+ALL_IDS = {
+    "gx.not_null.id", "gx.not_null.prompt", "gx.not_null.chosen", "gx.not_null.rejected",
+    "gx.unique.id", "gx.length.prompt", "gx.length.chosen", "gx.length.rejected",
+    "gx.length_ratio", "gx.row_count", "gx.category_set",
+}
+
+
+def _frame(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["id", "prompt", "chosen", "rejected", "category"], orient="row")
+
+
+CLEAN = _frame([
+    ("p1", "What is 2+2?", "It is 4.", "It's 5.", "chat"),
+    ("p2", "Write hello world", "print('hi')", "echo hi", "code"),
+    ("p3", "Name a colour", "Blue", "Teal", "chat"),
+])
+DIRTY = _frame([
+    ("ok", "What is 2+2?", "It is 4.", "It's 5.", "chat"),
+    ("nullprompt", None, "Fine answer", "Fine reply", "chat"),
+    ("dup", "Name a colour", "Blue", "Teal", "chat"),
+    ("dup", "Name a shape", "Square", "Circle", "code"),
+    ("ratio5", "Explain", "a" * 50, "b" * 10, "code"),  # 50 / 10 = 5x
+    ("badcat", "Translate", "Bonjour", "Salut", "poetry"),
+])
+
+
+@pytest.fixture(scope="module")
+def clean_results():
+    return {r.id: r for r in run_expectations(CLEAN, categories=CATEGORIES)}
+
+
+@pytest.fixture(scope="module")
+def dirty_run(tmp_path_factory):
+    docs = tmp_path_factory.mktemp("gx_docs")
+    return {r.id: r for r in run_expectations(DIRTY, categories=CATEGORIES, docs_dir=docs)}, docs
+
+
+def test_clean_frame_passes_every_expectation(clean_results):
+    assert set(clean_results) == ALL_IDS
+    assert {r.status for r in clean_results.values()} == {"pass"}
+    assert all(r.offending == () for r in clean_results.values())
+    assert clean_results["gx.row_count"].metric == 3.0
+    assert clean_results["gx.length_ratio"].threshold == 2.0
+
+
+def test_dirty_frame_fails_exactly_the_matching_expectations(dirty_run):
+    results, _ = dirty_run
+    failed = {cid: r.offending for cid, r in results.items() if r.status != "pass"}
+    assert failed == {
+        "gx.not_null.prompt": ("nullprompt",),
+        "gx.unique.id": ("dup",),
+        "gx.length_ratio": ("ratio5",),
+        "gx.category_set": ("badcat",),
+    }
+    assert {r.status for cid, r in results.items() if cid in failed} == {"fail"}
+
+
+def test_metrics_counts_and_messages(dirty_run):
+    results, _ = dirty_run
+    assert results["gx.unique.id"].details["n_offending"] == 2  # both rows sharing the id
+    assert results["gx.unique.id"].metric == pytest.approx(2 / 6)
+    assert results["gx.not_null.prompt"].metric == pytest.approx(1 / 6)
+    assert results["gx.length_ratio"].metric == pytest.approx(1 / 6)
+    assert results["gx.row_count"].metric == 6.0
+    assert "1 of 6 rows" in results["gx.length_ratio"].message
+    json.dumps([r.to_json() for r in results.values()])  # report.json must be able to carry it
+
+
+def test_data_docs_written(dirty_run):
+    _, docs = dirty_run
+    assert (docs / "index.html").is_file()
+    assert list(docs.glob("validations/**/*.html"))
+
+
+def test_bounds_row_count_and_empty_sides():
+    frame = _frame([
+        ("long", "x" * 30, "abc", "abd", "chat"),
+        ("empty_prompt", "", "abc", "abd", "chat"),
+        ("empty_side", "Say nothing", "", "anything", "chat"),
+    ])
+    results = {r.id: r for r in run_expectations(frame, max_text_chars=20, min_rows=10)}
+    assert "gx.category_set" not in results  # no categories given: no category rule
+    assert results["gx.length.prompt"].offending == ("long", "empty_prompt")
+    assert results["gx.length.prompt"].threshold == 20.0
+    assert results["gx.length.chosen"].status == "pass"  # an empty response is allowed here...
+    assert results["gx.length_ratio"].offending == ("empty_side",)  # ...the ratio rule catches it
+    assert (results["gx.row_count"].status, results["gx.row_count"].metric) == ("fail", 3.0)
+
+
+def test_length_ratios_in_polars():
+    frame = pl.DataFrame({"chosen": ["aaaa", "", "", None, "ab"], "rejected": ["aa", "x", "", "x", "abcd"]})
+    assert length_ratios(frame).to_list() == [2.0, EMPTY_SIDE_RATIO, EMPTY_SIDE_RATIO, None, 2.0]
+
+
+def test_category_rule_needs_the_column():
+    results = run_expectations(CLEAN.drop("category"), categories=CATEGORIES)
+    assert {r.id for r in results} == ALL_IDS - {"gx.category_set"}
+
+
+def test_missing_columns_and_gx_failures_become_one_error(monkeypatch):
+    [missing] = run_expectations(CLEAN.drop("rejected"))
+    assert (missing.id, missing.status) == ("gx", "error")
+    assert "rejected" in missing.message
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("conversion exploded\nsecond line of traceback noise")
+
+    monkeypatch.setattr(gx_suite, "_to_pandas", boom)
+    [error] = run_expectations(CLEAN)
+    assert (error.id, error.status) == ("gx", "error")
+    assert error.message == "RuntimeError: conversion exploded"
