@@ -553,7 +553,7 @@ def check_sft_subset(
     if sft is None:
         return CheckResult(
             check_id, "fail", metric=0.0, threshold=min_ratio,
-            message="no chosen-only SFT subset: ship one (prefdata.store.sft_subset(train_pairs)) "
+            message="no chosen-only SFT subset: `prefdata import --name` ships one with each version "
                     f"with at least {min_ratio:g} x {n_train} rows",
             details={"n_train_pairs": n_train, "n_sft_rows": 0, "n_usable": 0, "n_offending": 0},
         )

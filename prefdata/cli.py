@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.errors import GateFailed, PrefdataError, UnusableInput
 
 app = typer.Typer(
     name="prefdata",
@@ -183,9 +183,75 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
     return 0
 
 
+CheckOpts = {
+    "config": typer.Option(help="Checklist YAML (thresholds, waivers); defaults: checks/checklist.yaml."),
+    "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
+    "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here."),
+    "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH or verdicts:FILE."),
+    "reference_prompts": typer.Option(help="Production prompts: .txt (one per line) or a table with a prompt column."),
+    "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
+}
+
+
+def _print_results(results, passed: bool) -> None:
+    """One line per check: readable in a terminal and in a CI log alike (full text in the reports)."""
+    colour = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
+    console = _console()
+    for r in results:
+        metric = "-" if r.metric is None else f"{r.metric:.4g}"
+        threshold = "-" if r.threshold is None else f"{r.threshold:.4g}"
+        message = r.message if len(r.message) <= 110 else r.message[:107] + "..."
+        console.print(f"[{colour[r.status]}]{r.status.upper():5}[/] {r.id:24} {metric:>8} / {threshold:<8} "
+                      f"offending {r.n_offending:<6} {message}", markup=True, highlight=False)
+    console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]")
+
+
 @app.command()
-def publish(ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")], store: StoreOpt = None) -> int:
-    """Mark a draft version validated."""
+def check(
+    data: Annotated[str, typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")],
+    votes: Annotated[Optional[Path], typer.Option(help="Long votes table for a data file: pair_id, annotator, vote.")] = None,
+    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
+    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    strict: Annotated[bool, CheckOpts["strict"]] = False,
+    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
+    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate import load_inputs, run_gate
+
+    checklist = load_config(config)
+    inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
+                               scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None)
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
+    _write_json(json_path, {**outcome.report, "input": info})
+    if "import" in info and info["import"]["quarantined"]:
+        _console().print(f"note: {info['import']['quarantined']} rows of {data} were unusable and left out "
+                         f"({', '.join(f'{n} {r}' for r, n in info['import']['reasons'].items())})")
+    _print_results(outcome.results, outcome.passed)
+    for kind, path in outcome.reports.items():
+        _console().print(f"{kind}: {path}")
+    return 0 if outcome.passed else 1
+
+
+@app.command()
+def publish(
+    ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")],
+    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
+    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    strict: Annotated[bool, CheckOpts["strict"]] = False,
+    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
+    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate import load_inputs, run_gate
     from prefdata.store import Store
 
     st = Store(store)
@@ -193,7 +259,22 @@ def publish(ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")]
     problems = st.verify(v.ref)
     if problems:
         raise PrefdataError(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
-    v = st.set_status(v.ref, "validated")
+    if v.status == "validated":
+        _console().print(f"{v.ref}: already validated")
+        return 0
+    report_dir = report_dir or Path(".prefdata") / "reports" / f"{v.name}-{v.version}"
+    checklist = load_config(config)
+    inputs, info = load_inputs(v.ref, eval_data=eval_data, reference_prompts=reference_prompts, scorer=scorer,
+                               store=store, docs_dir=report_dir / "gx")
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"publish {v.ref}")
+    report = {**outcome.report, "config": checklist, "strict": strict or bool(checklist.get("strict")), "input": info}
+    _print_results(outcome.results, outcome.passed)
+    _console().print(f"report: {report_dir}")
+    if not outcome.passed:
+        st.set_status(v.ref, "rejected", report=report)
+        failing = [r.id for r in outcome.results if r.status in ("fail", "error")]
+        raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(failing)}); marked rejected")
+    st.set_status(v.ref, "validated", report=report)
     _console().print(f"{v.ref}: validated")
     return 0
 

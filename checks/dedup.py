@@ -1,0 +1,700 @@
+"""Duplicate checks: exact duplicates after normalisation, and MinHash-LSH near duplicates.
+
+Deduplication is one of the seed's three filters ("去重 + 长度过滤": dedup + length filtering).
+
+Exact duplicates (`check_exact_duplicates`) compare texts after the same normalisation as
+`prefdata.records.normalise_text` (unicode NFKC, whitespace collapsed and stripped, case folded),
+vectorised in polars. The one difference: polars lower-cases where Python case-folds, which differs
+only for a handful of characters (e.g. German "ß" stays "ß" instead of becoming "ss").
+
+Near duplicates (`check_near_duplicates`, `find_near_duplicates`) use MinHash-LSH over shingles of
+the normalised text, vectorised with numpy and polars so a million 200-character prompts take
+seconds, not minutes. The pipeline:
+
+1. Normalise; collapse exact duplicates (identical normalised text) to one representative, so LSH
+   runs on unique texts only and exact copies never form huge candidate buckets.
+2. Shingles: byte n-grams (default 5) of the UTF-8 normalised text. Character 5-grams rather than
+   word 3-grams because prompts are short: a 200-character prompt has ~196 character 5-grams but
+   only ~30 word 3-grams, so with word shingles one changed word moves the Jaccard by ~0.1 and a
+   0.8 threshold becomes a coin toss; character shingles also need no tokeniser (CJK, code) and
+   are robust to punctuation. For ASCII text byte and character n-grams are the same. Each window
+   of n bytes is read as one integer (a strided unaligned uint64 view of the byte buffer), which
+   is an exact, collision-free shingle identity; it is then mixed to a 32-bit hash.
+3. Signatures: one-permutation hashing with optimal densification (Li, Owen & Zhang 2012,
+   "One permutation hashing"; Shrivastava 2017, "Optimal densification for fast and accurate
+   minwise hashing"). Each shingle is hashed once; its hash picks one of `num_perm` bins and the
+   signature keeps the minimum per bin; empty bins borrow from a bin chosen by a doc-independent
+   probe sequence. Two signatures agree in a bin with probability equal to the Jaccard, as with
+   `num_perm` independent permutations, at the cost of one hash per shingle instead of `num_perm`.
+4. LSH: `bands` x `rows` of the signature (default for 0.8 and 128: 25 bands x 5 rows). The split
+   is chosen so a pair at exactly the threshold Jaccard becomes a candidate with probability
+   >= 0.999 (1 - (1 - 0.8^5)^25 = 0.99995); the S-curve knee, (1/b)^(1/r) ~ 0.53, sits below the
+   threshold on purpose: candidates are verified exactly, so a low knee costs some verification
+   time and buys recall. (datasketch's MinHashLSH picks 9 x 13 for 0.8 / 128, which minimises
+   unverified false positives and negatives together and finds a pair at J = 0.8 with p ~ 0.40.)
+   Candidates are texts sharing a band key, found per band by sorting the keys. Within a bucket
+   of up to `MAX_ALL_PAIRS_BUCKET` texts every pair is a candidate; larger buckets link each
+   member to the bucket's first text (a star), so the work stays linear in the bucket size.
+5. Verification: bands are processed one after another, candidates in batches; a candidate whose
+   two texts are already in one cluster is skipped, the others get the exact Jaccard of their
+   shingle sets (recomputed for those texts only) and are dropped below the threshold, so every
+   linked pair really has "Jaccard of byte n-gram sets >= threshold" (no false positives; a
+   cluster may chain such pairs, as any transitive dedup does). Skipping
+   connected pairs keeps templated data (thousands of prompts sharing most of their text) cheap.
+6. Clusters: verified pairs are unioned (vectorised union-find, roots = smallest index), i.e.
+   clusters are connected components; each cluster's first row (in frame order) is kept, every
+   later member is offending.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import polars as pl
+
+from .base import CheckResult, skip
+
+# Defaults. Jaccard 0.8 over 5-gram shingles with ~128 MinHash values is the common near-duplicate
+# setting: datatrove's MinhashConfig defaults to 5-grams and 14 buckets x 8 hashes, which its source
+# documents as "probability of inclusion for s=0.8: 0.924"; Lee et al. 2022 ("Deduplicating Training
+# Data Makes Language Models Better", NearDup) use MinHash over 5-grams with a 0.8 similarity cut-off,
+# and the Pile's MinHash dedup is cited for the same range (those two not re-checked here). Any
+# duplicate fails by default (share threshold 0.0): dedup is one of the seed's three filters,
+# "去重 + 长度过滤" (dedup + length filtering).
+DEFAULT_JACCARD = 0.8
+DEFAULT_NUM_PERM = 128
+DEFAULT_NGRAM = 5
+DEFAULT_MAX_SHARE = 0.0
+# A pair exactly at the threshold Jaccard must become an LSH candidate with at least this probability.
+MIN_CANDIDATE_PROB = 0.999
+# Buckets larger than this are linked as a star to their first member instead of all pairs.
+MAX_ALL_PAIRS_BUCKET = 16
+# Bytes of text per hashing chunk: small enough for its temporaries (~30x this) to stay in cache.
+CHUNK_BYTES = 1 << 18
+# At most this many texts per hashing chunk (its signature matrix is CHUNK_TEXTS x num_perm).
+CHUNK_TEXTS = 1 << 15
+# Candidate pairs verified per batch (bounds the verification's temporary arrays).
+VERIFY_BATCH = 20_000
+MAX_SAMPLE_CLUSTERS = 20
+MAX_SAMPLE_MEMBERS = 20
+
+_EMPTY = np.uint32(0xFFFFFFFF)
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+# ----------------------------------------------------------------------------------------------
+# normalisation
+
+
+# Python's str.isspace() also counts the ASCII separators \x1c-\x1f; Rust's \s does not.
+_WS_RUN = r"(?:\s|[\x1c-\x1f]){2,}|[^\S ]|[\x1c-\x1f]"
+
+
+def normalise_series(texts: pl.Series) -> pl.Series:
+    """`records.normalise_text` vectorised: NFKC, lower case, whitespace runs -> one space, stripped.
+
+    Fast paths: NFKC runs only on rows with non-ASCII bytes (NFKC leaves ASCII unchanged), and the
+    whitespace regex only rewrites runs that are not already a single space.
+    """
+    s = texts.cast(pl.String).fill_null("")
+    non_ascii = s.str.len_bytes() != s.str.len_chars()
+    if non_ascii.any():
+        rows = non_ascii.arg_true()
+        s = s.scatter(rows, s.gather(rows).str.normalize("NFKC"))
+    return s.str.to_lowercase().str.replace_all(_WS_RUN, " ").str.strip_chars()
+
+
+def _first_occurrence(*columns: pl.Series, seed: int = 0) -> np.ndarray:
+    """For each row, the index of the first row whose texts are identical in every column (64-bit
+    hashes grouped, then the rows that share a hash compared for real; a collision falls back to
+    grouping on the texts themselves)."""
+    n = len(columns[0])
+    hashes = pl.DataFrame({f"h{i}": c.hash(seed + i) for i, c in enumerate(columns)})
+    combined = pl.struct(hashes.columns).hash(seed) if len(columns) > 1 else pl.col("h0")
+    key = hashes.select(combined).to_series()
+    frame = pl.DataFrame({"h": key}).with_row_index("i")
+    rep = frame.select(pl.col("i").min().over("h")).to_series().to_numpy().astype(np.int64)
+    rows = np.flatnonzero(rep != np.arange(n))
+    if rows.size and not all((c.gather(rows) == c.gather(rep[rows])).all() for c in columns):
+        frame = pl.DataFrame({f"t{i}": c for i, c in enumerate(columns)}).with_row_index("i")
+        rep = frame.select(pl.col("i").min().over(frame.columns[1:])).to_series().to_numpy().astype(np.int64)
+    return rep
+
+
+def _missing(pairs: pl.DataFrame, columns: Sequence[str]) -> list[str]:
+    return [c for c in columns if c not in pairs.columns]
+
+
+# ----------------------------------------------------------------------------------------------
+# exact duplicates
+
+
+def check_exact_duplicates(
+    pairs: pl.DataFrame,
+    *,
+    max_share: float = DEFAULT_MAX_SHARE,
+    fail_on_repeated_prompts: bool = False,
+) -> CheckResult:
+    """Repeated pairs (same normalised prompt, chosen and rejected) and repeated prompts.
+
+    Offending: the ids of every row after the first (frame order) of each repeated-pair group, plus
+    of each repeated-prompt group when `fail_on_repeated_prompts`. Several pairs per prompt with
+    different responses are normal in preference data, so repeated prompts are only reported in
+    `details` by default. Metric: offending rows / rows; fails when above `max_share`.
+    """
+    check_id = "exact_duplicates"
+    missing = _missing(pairs, ("id", "prompt", "chosen", "rejected"))
+    if missing:
+        return skip(check_id, f"missing columns: {', '.join(missing)}", max_share)
+    if pairs.height == 0:
+        return skip(check_id, "no rows", max_share)
+
+    ids = pairs["id"].cast(pl.String)
+    p = normalise_series(pairs["prompt"])
+    c = normalise_series(pairs["chosen"])
+    r = normalise_series(pairs["rejected"])
+    rows = np.arange(pairs.height)
+    prompt_first = _first_occurrence(p)
+    dup_pair = _first_occurrence(p, c, r) != rows
+    dup_prompt = prompt_first != rows
+    offending_mask = dup_pair | dup_prompt if fail_on_repeated_prompts else dup_pair
+    offending = tuple(ids.filter(pl.Series(offending_mask)).to_list())
+
+    n = pairs.height
+    n_dup_pairs = int(dup_pair.sum())
+    n_dup_prompts = int(dup_prompt.sum())
+    metric = len(offending) / n
+    status = "fail" if metric > max_share else "pass"
+    details = {
+        "n_rows": n,
+        "n_offending": len(offending),
+        "n_duplicate_pairs": n_dup_pairs,
+        "n_duplicate_prompts": n_dup_prompts,
+        "n_repeated_prompt_groups": int(_sorted_unique(prompt_first[dup_prompt]).size),
+        "fail_on_repeated_prompts": fail_on_repeated_prompts,
+    }
+    message = (
+        f"{n_dup_pairs} repeated pair(s) and {n_dup_prompts} repeated prompt(s) "
+        f"(after normalisation) in {n} rows"
+    )
+    return CheckResult(check_id, status, metric, max_share, offending, message, details)
+
+
+# ----------------------------------------------------------------------------------------------
+# near duplicates: building blocks
+
+
+def lsh_params(threshold: float, num_perm: int, min_prob: float = MIN_CANDIDATE_PROB) -> tuple[int, int]:
+    """(bands, rows): the most rows per band such that a pair at `threshold` is a candidate with
+    probability >= `min_prob` (1 - (1 - t^r)^b), using b = num_perm // r bands."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    best = (num_perm, 1)
+    for r in range(1, num_perm + 1):
+        b = num_perm // r
+        if b < 1:
+            break
+        if 1.0 - (1.0 - threshold**r) ** b >= min_prob:
+            best = (b, r)
+    return best
+
+
+def _texts_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of all texts back to back, followed by at least 8 padding bytes (so 8-byte windows
+    can be read at every position), and int64 offsets (n + 1). One copy (polars -> arrow), no more:
+    the padding is a sentinel text appended before the conversion."""
+    import pyarrow as pa
+
+    n = len(texts)
+    padded = texts.cast(pl.String).fill_null("").clone().append(pl.Series([" " * 8], dtype=pl.String))
+    arr = padded.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 2]
+    base, end = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, dtype=np.uint8)[base:end]
+    return data, offsets[: n + 1] - base
+
+
+def _windows(data: np.ndarray, start: int, length: int, ngram: int) -> np.ndarray:
+    """Exact shingle keys: for each byte position, the next `ngram` bytes as the top bytes of a uint64."""
+    view = np.ndarray((length,), dtype="<u8", buffer=data, offset=start, strides=(1,))
+    return view << np.uint64(8 * (8 - ngram))
+
+
+def _short_keys(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ngram: int) -> np.ndarray:
+    """Keys of texts shorter than `ngram` bytes (their one shingle is the whole text). The low byte
+    holds length + 1, so they never equal a full n-gram key (whose low bytes are zero)."""
+    if starts.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    view = np.ndarray((data.size - 7,), dtype="<u8", buffer=data, offset=0, strides=(1,))
+    raw = view[starts]
+    mask = np.where(lengths > 0, (np.uint64(1) << (8 * lengths.astype(np.uint64))) - np.uint64(1), 0)
+    mask = mask.astype(np.uint64)
+    return ((raw & mask) << np.uint64(8 * (8 - ngram))) | (lengths.astype(np.uint64) + np.uint64(1))
+
+
+def _hash32(x: np.ndarray, seed: int) -> np.ndarray:
+    """Mix 64-bit keys to 32-bit hashes: multiply, xor-shift, multiply, keep the top 32 bits."""
+    h = x * (_M1 ^ np.uint64((seed * 2 + 1) & 0xFFFFFFFFFFFFFFFF) | np.uint64(1))
+    h ^= h >> np.uint64(32)
+    h *= _M2
+    h >>= np.uint64(32)
+    return h.astype(np.uint32)
+
+
+def _bin_of(h32: np.ndarray, num_perm: int) -> np.ndarray:
+    if num_perm & (num_perm - 1) == 0:
+        return h32 >> np.uint32(32 - int(math.log2(num_perm))) if num_perm > 1 else np.zeros_like(h32)
+    return ((h32.astype(np.uint64) * np.uint64(num_perm)) >> np.uint64(32)).astype(np.uint32)
+
+
+class _Densifier:
+    """Optimal densification: an empty bin j takes the value of bin probe[t, j] for the first
+    t = 0, 1, ... whose bin is non-empty. The probe table depends on (t, j) only, never on the
+    text, so two texts with the same non-empty bins borrow identically."""
+
+    def __init__(self, num_perm: int, seed: int, max_probes: int | None = None):
+        self.k = num_perm
+        t = max_probes or max(64, 32 * num_perm)
+        j = np.arange(t * num_perm, dtype=np.uint64) + np.uint64(num_perm)
+        h = _hash32(j, seed + 7919).astype(np.uint64)
+        self.probes = ((h * np.uint64(num_perm)) >> np.uint64(32)).astype(np.intp).reshape(t, num_perm)
+
+    def __call__(self, sig: np.ndarray) -> np.ndarray:
+        k = self.k
+        flat = sig.reshape(-1)
+        empty = np.flatnonzero(flat == _EMPTY)
+        if empty.size == 0:
+            return sig
+        out = flat.copy()
+        base = empty - empty % k  # start of the text's row
+        col = empty - base
+        for probe in self.probes:
+            vals = flat[base + probe[col]]
+            ok = vals != _EMPTY
+            out[empty[ok]] = vals[ok]
+            keep = ~ok
+            empty, base, col = empty[keep], base[keep], col[keep]
+            if empty.size == 0:
+                return out.reshape(sig.shape)
+        # vanishingly rare: fall back to the text's overall minimum (consistent too)
+        out[empty] = sig.min(axis=1)[base // k]
+        return out.reshape(sig.shape)
+
+
+def _band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(bands, n) uint64: each band's `rows` signature values hashed together with the band index."""
+    n = sig.shape[0]
+    s = sig[:, : bands * rows].reshape(n, bands, rows).transpose(1, 2, 0)  # (bands, rows, n)
+    h = np.empty((bands, n), dtype=np.uint64)
+    h[:] = (np.arange(bands, dtype=np.uint64) * _M3 + np.uint64(1))[:, None]
+    for i in range(rows):
+        h ^= s[:, i, :]
+        h *= _M1
+        h ^= h >> np.uint64(29)
+    h *= _M2
+    h ^= h >> np.uint64(32)
+    return h
+
+
+def _signature_chunk(
+    data: np.ndarray,
+    offsets: np.ndarray,
+    d0: int,
+    d1: int,
+    ngram: int,
+    num_perm: int,
+    seed: int,
+    densify: _Densifier,
+) -> np.ndarray:
+    """(d1 - d0, num_perm) densified one-permutation MinHash signatures of texts d0..d1-1."""
+    k = num_perm
+    n = d1 - d0
+    starts = offsets[d0:d1]
+    ends = offsets[d0 + 1 : d1 + 1]
+    lengths = ends - starts
+    start, stop = int(starts[0]), int(ends[-1])
+    sig = np.full(n * k + 1, _EMPTY, dtype=np.uint32)
+    dummy = n * k
+    if stop > start:
+        h32 = _hash32(_windows(data, start, stop - start, ngram), seed)
+        idx = np.repeat(np.arange(0, n * k, k, dtype=np.uint32), lengths)
+        idx += _bin_of(h32, k)
+        # windows that run past the end of their text are not shingles: send them to a dummy slot
+        for j in range(1, ngram):
+            pos = ends - j
+            idx[pos[pos >= starts] - start] = dummy
+        np.minimum.at(sig, idx, h32)
+    short = np.flatnonzero(lengths < ngram)
+    if short.size:
+        h = _hash32(_short_keys(data, starts[short], lengths[short], ngram), seed)
+        np.minimum.at(sig, short.astype(np.int64) * k + _bin_of(h, k), h)
+    return densify(sig[:dummy].reshape(n, k))
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    ordered = pl.Series(values, dtype=pl.UInt64).sort().to_numpy()  # polars' sort is ~2x numpy's here
+    if ordered.size:
+        ordered = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    return ordered
+
+
+def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, index of each value among them) -- np.unique(return_inverse=True) by sort."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.concatenate(([True], ordered[1:] != ordered[:-1])) if ordered.size else np.zeros(0, bool)
+    inverse = np.empty(values.size, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
+
+
+def _shingle_sets(texts: pl.Series, ngram: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Exact shingle sets of `texts`: a sorted uint64 array with one entry (text index << b | shingle)
+    per distinct shingle of each text, the shingle as its exact byte value when text index and shingle
+    fit in 64 bits together, else as a dense id; and the int64 start of each text's entries (n + 1)."""
+    data, offsets = _texts_buffer(texts)
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    total = int(offsets[-1])
+    x = _windows(data, 0, total, ngram)
+    d = np.repeat(np.arange(n, dtype=np.uint64), lengths)
+    keep = np.arange(total, dtype=np.int64) + ngram <= offsets[1:][d.astype(np.intp)]
+    x, d = x[keep], d[keep]
+    short = np.flatnonzero(lengths < ngram)
+    if short.size:
+        x = np.concatenate([x, _short_keys(data, offsets[:-1][short], lengths[short], ngram)])
+        d = np.concatenate([d, short.astype(np.uint64)])
+    shift = 8 * (8 - ngram)
+    shingle_bits = 8 * ngram + 3  # the n bytes, and the low 3 bits that mark texts shorter than n
+    doc_bits = max(1, int(n).bit_length())
+    if shingle_bits + doc_bits <= 64:
+        sid = ((x >> np.uint64(shift)) << np.uint64(3)) | (x & np.uint64(7))
+        bits = shingle_bits
+    else:
+        sid = _dense_ids(x)[1].astype(np.uint64)
+        bits = 64 - doc_bits
+    keys = _sorted_unique((d << np.uint64(bits)) | sid)
+    bounds = np.searchsorted(keys, np.arange(n + 1, dtype=np.uint64) << np.uint64(bits))
+    return keys, bounds.astype(np.int64), bits
+
+
+def _verify(
+    texts: pl.Series, a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the candidate pairs whose exact shingle-set Jaccard is >= threshold."""
+    if a.size == 0:
+        return a, b
+    docs, inverse = _dense_ids(np.concatenate([a, b]))
+    la, lb = inverse[: a.size], inverse[a.size :]
+    keys, bounds, bits = _shingle_sets(texts.gather(docs), ngram)
+    sizes = np.diff(bounds)
+    small = sizes[la] <= sizes[lb]  # look the smaller set up in the larger one
+    qa, qb = np.where(small, la, lb), np.where(small, lb, la)
+    low = np.uint64((1 << bits) - 1)
+    keep = np.zeros(a.size, dtype=bool)
+    for s0 in range(0, a.size, VERIFY_BATCH):
+        pa, pb = qa[s0 : s0 + VERIFY_BATCH], qb[s0 : s0 + VERIFY_BATCH]
+        counts = sizes[pa]
+        firsts = np.cumsum(counts) - counts
+        pair = np.repeat(np.arange(pa.size), counts)
+        src = np.arange(int(counts.sum())) - firsts[pair] + bounds[pa][pair]
+        query = (pb[pair].astype(np.uint64) << np.uint64(bits)) | (keys[src] & low)
+        at = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+        inter = np.bincount(pair, weights=keys[at] == query, minlength=pa.size)
+        union = sizes[pa] + sizes[pb] - inter
+        keep[s0 : s0 + VERIFY_BATCH] = inter >= threshold * union - 1e-9
+    return a[keep], b[keep]
+
+
+def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected components: label[i] = smallest index in i's component (vectorised union-find:
+    hook roots to the smaller root, then pointer-jump until every edge's ends agree)."""
+    label = np.arange(n, dtype=np.int64)
+    if a.size == 0:
+        return label
+    a = a.astype(np.int64)
+    b = b.astype(np.int64)
+    while True:
+        la, lb = label[a], label[b]
+        differ = la != lb
+        if not differ.any():
+            return label
+        la, lb = la[differ], lb[differ]
+        low = np.minimum(la, lb)
+        np.minimum.at(label, la, low)
+        np.minimum.at(label, lb, low)
+        while True:  # full path compression
+            nxt = label[label]
+            if np.array_equal(nxt, label):
+                break
+            label = nxt
+
+
+class _UnionFind:
+    """Vectorised union-find over 0..n-1 whose roots are the smallest index of their component
+    (a root is only ever hooked under a smaller root)."""
+
+    def __init__(self, n: int):
+        self.parent = np.arange(n, dtype=np.int64)
+
+    def find(self, x: np.ndarray) -> np.ndarray:
+        parent = self.parent
+        root = parent[x]
+        while True:
+            up = parent[root]
+            if np.array_equal(up, root):
+                break
+            root = up
+        parent[x] = root  # path compression for the nodes asked about
+        return root
+
+    def union(self, a: np.ndarray, b: np.ndarray) -> None:
+        while a.size:
+            ra, rb = self.find(a), self.find(b)
+            differ = ra != rb
+            a, b, ra, rb = a[differ], b[differ], ra[differ], rb[differ]
+            np.minimum.at(self.parent, np.maximum(ra, rb), np.minimum(ra, rb))
+
+    def labels(self) -> np.ndarray:
+        return self.find(np.arange(self.parent.size))
+
+
+def _band_buckets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Texts sharing a key within one band: (text index, bucket number) for every member of a
+    bucket of two or more, grouped by bucket."""
+    order = pl.Series(keys, dtype=pl.UInt64).arg_sort().to_numpy()  # ~2.5x faster than np.argsort here
+    ordered = keys[order]
+    same = ordered[1:] == ordered[:-1]
+    member = np.zeros(keys.size, dtype=bool)
+    member[1:] |= same
+    member[:-1] |= same
+    at = np.flatnonzero(member)
+    bucket = np.cumsum(np.concatenate(([True], ~same[at[1:] - 1])) if at.size else np.zeros(0, bool)) - 1
+    return order[at].astype(np.int64), bucket
+
+
+def _band_edges(members: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate edges (a < b) of one band: every pair within buckets of up to MAX_ALL_PAIRS_BUCKET
+    members, and each member to the bucket's smallest index in larger buckets (a star)."""
+    if members.size == 0:
+        return members, members
+    frame = pl.DataFrame({"k": bucket, "u": members}).with_columns(
+        pl.len().over("k").alias("n"), pl.col("u").min().over("k").alias("first")
+    )
+    small = frame.filter(pl.col("n") <= MAX_ALL_PAIRS_BUCKET).select("k", "u")
+    big = frame.filter(pl.col("n") > MAX_ALL_PAIRS_BUCKET)
+    edges = pl.concat(
+        [
+            small.join(small, on="k", suffix="_b")
+            .filter(pl.col("u") < pl.col("u_b"))
+            .select(pl.col("u").alias("a"), pl.col("u_b").alias("b")),
+            big.filter(pl.col("u") != pl.col("first")).select(
+                pl.col("first").alias("a"), pl.col("u").alias("b")
+            ),
+        ]
+    ).unique()
+    return edges["a"].to_numpy().astype(np.int64), edges["b"].to_numpy().astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# near duplicates: the detector
+
+
+@dataclass(frozen=True)
+class NearDuplicates:
+    """What `find_near_duplicates` found. `cluster[i]` is the row index of the first row of row i's
+    cluster (i itself when row i is a singleton or the first of its cluster)."""
+
+    cluster: np.ndarray
+    bands: int
+    rows: int
+    n_unique_texts: int
+    n_candidate_pairs: int  # candidate pairs whose exact Jaccard was computed
+    n_verified_pairs: int  # of those, pairs at or above the threshold
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """Boolean per row: a member of a cluster that is not the cluster's first row."""
+        return self.cluster != np.arange(self.cluster.size)
+
+    def clusters(self) -> list[np.ndarray]:
+        """Row indices of every cluster of two or more rows, each sorted, ordered by first row."""
+        if not self.flagged.any():
+            return []
+        members = np.nonzero(np.isin(self.cluster, self.cluster[self.flagged]))[0]
+        frame = pl.DataFrame({"c": self.cluster[members], "i": members})
+        grouped = frame.group_by("c", maintain_order=True).agg("i").sort("c")
+        return [np.asarray(x, dtype=np.int64) for x in grouped["i"].to_list()]
+
+
+def find_near_duplicates(
+    texts: pl.Series | Sequence[str],
+    *,
+    threshold: float = DEFAULT_JACCARD,
+    num_perm: int = DEFAULT_NUM_PERM,
+    ngram: int = DEFAULT_NGRAM,
+    seed: int = 0,
+    bands_rows: tuple[int, int] | None = None,
+    n_threads: int | None = None,
+    normalise: bool = True,
+) -> NearDuplicates:
+    """Cluster texts whose byte `ngram`-shingle sets (of the normalised text) have Jaccard >= threshold.
+
+    `num_perm` is the signature length (one-permutation hashing bins); `bands_rows` overrides the
+    (bands, rows) LSH split, otherwise `lsh_params(threshold, num_perm)`. Exact duplicates (after
+    normalisation) are always in one cluster.
+    """
+    if not 2 <= ngram <= 7:
+        raise ValueError(f"ngram must be between 2 and 7 bytes, got {ngram}")
+    if num_perm < 1:
+        raise ValueError("num_perm must be >= 1")
+    bands, rows = bands_rows or lsh_params(threshold, num_perm)
+    if bands * rows > num_perm:
+        raise ValueError(f"bands x rows = {bands * rows} exceeds num_perm = {num_perm}")
+    series = texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts), dtype=pl.String)
+    series = series.cast(pl.String)
+    n = len(series)
+    if n == 0:
+        return NearDuplicates(np.zeros(0, np.int64), bands, rows, 0, 0, 0)
+
+    # 1. normalise and collapse exact duplicates: `u` = index of the row's unique text, in order of
+    # first occurrence, so the smallest unique index of a cluster belongs to its first row.
+    normal = normalise_series(series) if normalise else series.fill_null("")
+    rep = _first_occurrence(normal, seed=seed)
+    first_rows = np.nonzero(rep == np.arange(n))[0]
+    u_of_row = np.searchsorted(first_rows, rep)
+    m = first_rows.size
+    unique_texts = normal if m == n else normal.gather(first_rows)
+    del normal, rep
+
+    # 2-4. signatures and band keys, in chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads
+    data, offsets = _texts_buffer(unique_texts)
+    bounds = [0]
+    while bounds[-1] < m:
+        d0 = bounds[-1]
+        d1 = int(np.searchsorted(offsets, offsets[d0] + CHUNK_BYTES, side="right")) - 1
+        bounds.append(min(max(d1, d0 + 1), d0 + CHUNK_TEXTS, m))
+    densify = _Densifier(num_perm, seed)
+    band_keys = np.empty((bands, m), dtype=np.uint64)
+
+    def work(i: int) -> None:
+        d0, d1 = bounds[i], bounds[i + 1]
+        sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
+        band_keys[:, d0:d1] = _band_keys(sig, bands, rows)
+
+    workers = n_threads or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        if pool:
+            list(pool.map(work, range(len(bounds) - 1)))
+            buckets = list(pool.map(_band_buckets, band_keys))
+        else:
+            for i in range(len(bounds) - 1):
+                work(i)
+            buckets = [_band_buckets(keys) for keys in band_keys]
+    finally:
+        if pool:
+            pool.shutdown()
+    del data, offsets, band_keys
+
+    # 5. candidates, band by band and in batches; edges whose texts are already connected are
+    # skipped, the rest verified by exact Jaccard; 6. verified edges are unioned into clusters.
+    uf = _UnionFind(m)
+    n_checked = n_verified = 0
+    for members, bucket in buckets:
+        a, b = _band_edges(members, bucket)
+        for s0 in range(0, a.size, VERIFY_BATCH):
+            ea, eb = a[s0 : s0 + VERIFY_BATCH], b[s0 : s0 + VERIFY_BATCH]
+            apart = uf.find(ea) != uf.find(eb)
+            ea, eb = ea[apart], eb[apart]
+            if ea.size == 0:
+                continue
+            va, vb = _verify(unique_texts, ea, eb, ngram, threshold)
+            n_checked += int(ea.size)
+            n_verified += int(va.size)
+            uf.union(va, vb)
+    cluster = first_rows[uf.labels()[u_of_row]]
+    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified)
+
+
+def check_near_duplicates(
+    pairs: pl.DataFrame,
+    threshold: float = DEFAULT_JACCARD,
+    num_perm: int = DEFAULT_NUM_PERM,
+    ngram: int = DEFAULT_NGRAM,
+    scope: Literal["prompt", "pair"] = "pair",
+    *,
+    max_share: float = DEFAULT_MAX_SHARE,
+    seed: int = 0,
+) -> CheckResult:
+    """Near-duplicate whole pairs (scope="pair": prompt, chosen and rejected) or prompts alone
+    (scope="prompt"). Pairs is the default because several pairs per prompt is normal preference
+    data; scope="prompt" suits one-pair-per-prompt sets. (Not called `on`: YAML reads that as true.)
+
+    Rows whose normalised texts have byte-`ngram` shingle Jaccard >= `threshold` are clustered
+    (transitively); every member after the first of each cluster is offending. Metric: offending
+    rows / rows; fails when above `max_share` (the `threshold` argument is the Jaccard, recorded in
+    details with the LSH parameters).
+    """
+    check_id = "near_duplicates"
+    if scope not in ("prompt", "pair"):
+        raise ValueError(f"scope must be 'prompt' or 'pair', got {scope!r}")
+    needed = ("id", "prompt") if scope == "prompt" else ("id", "prompt", "chosen", "rejected")
+    missing = _missing(pairs, needed)
+    if missing:
+        return skip(check_id, f"missing columns: {', '.join(missing)}", max_share)
+    if pairs.height == 0:
+        return skip(check_id, "no rows", max_share)
+
+    if scope == "prompt":
+        texts = normalise_series(pairs["prompt"])
+    else:  # normalised text has no newlines, so "\n" separates the three parts unambiguously
+        parts = pl.DataFrame({c: normalise_series(pairs[c]) for c in ("prompt", "chosen", "rejected")})
+        texts = parts.select(pl.concat_str(parts.columns, separator="\n")).to_series()
+        del parts
+    found = find_near_duplicates(
+        texts, threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed, normalise=False
+    )
+    ids = pairs["id"].cast(pl.String)
+    flagged = found.flagged
+    offending = tuple(ids.filter(pl.Series(flagged)).to_list())
+    clusters = found.clusters()
+    sample = sorted(clusters, key=lambda c: (-c.size, c[0]))[:MAX_SAMPLE_CLUSTERS]
+    n = pairs.height
+    metric = len(offending) / n
+    details = {
+        "n_rows": n,
+        "n_offending": len(offending),
+        "n_clusters": len(clusters),
+        "clusters_sample": [
+            {"size": int(c.size), "ids": ids.gather(c[:MAX_SAMPLE_MEMBERS]).to_list()} for c in sample
+        ],
+        "scope": scope,
+        "jaccard_threshold": threshold,
+        "num_perm": num_perm,
+        "ngram": ngram,
+        "shingles": f"byte {ngram}-grams of the normalised text",
+        "bands": found.bands,
+        "rows": found.rows,
+        "n_unique_texts": found.n_unique_texts,
+        "n_candidate_pairs": found.n_candidate_pairs,
+        "n_verified_pairs": found.n_verified_pairs,
+    }
+    message = (
+        f"{len(offending)} of {n} rows are near duplicates ({scope}, Jaccard >= {threshold}) "
+        f"in {len(clusters)} cluster(s)"
+    )
+    status = "fail" if metric > max_share else "pass"
+    return CheckResult(check_id, status, metric, max_share, offending, message, details)

@@ -1,0 +1,50 @@
+"""Checklist item 8: chosen beats rejected by an independent scorer.
+
+The scorer runs elsewhere (prefdata.scoring: a reward model, a policy's log-probabilities, an LLM
+judge, or verdicts a judge already gave); this check only reads its verdicts, so it stays pure.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from prefdata.checks.base import CheckResult, skip
+
+CHECK_ID = "label_direction"
+# Seed checklist item 8; 0.6 is the same floor the seed uses for agreement (item 4).
+DEFAULT_MIN_AGREEMENT = 0.6
+VERDICTS = ("chosen", "rejected", "tie")
+
+
+def check_label_direction(
+    pairs: pl.DataFrame, verdicts: pl.DataFrame | None, min_agreement: float = DEFAULT_MIN_AGREEMENT
+) -> CheckResult:
+    """verdicts: `id`, `preferred` in chosen|rejected|tie (null = the scorer could not decide).
+
+    Agreement = share of decided verdicts (not tie, not null) that prefer the chosen response.
+    """
+    if verdicts is None:
+        return skip(CHECK_ID, "no independent scorer: pass --scorer rm:PATH, lm:PATH, judge:URL or verdicts:FILE",
+                    min_agreement)
+    scored = pairs.select("id").join(verdicts.select("id", "preferred"), on="id", how="inner")
+    decided = scored.filter(pl.col("preferred").is_in(["chosen", "rejected"]))
+    if decided.height == 0:
+        return skip(CHECK_ID, f"the scorer decided none of the {scored.height} pairs it saw", min_agreement)
+    agreement = float((decided["preferred"] == "chosen").mean())
+    against = decided.filter(pl.col("preferred") == "rejected")["id"].to_list()
+    details = {
+        "n_scored": scored.height,
+        "n_decided": decided.height,
+        "n_ties": int((scored["preferred"] == "tie").sum()),
+        "n_undecided": int(scored["preferred"].is_null().sum()),
+        "n_offending": len(against),
+    }
+    if agreement >= min_agreement:
+        message = f"the scorer prefers chosen in {agreement:.1%} of {decided.height} decided pairs"
+    elif agreement <= 1 - min_agreement:
+        message = (f"labels look flipped: the scorer prefers the rejected response in {1 - agreement:.1%} "
+                   f"of {decided.height} decided pairs")
+    else:
+        message = f"the scorer prefers chosen in only {agreement:.1%} of {decided.height} decided pairs"
+    status = "pass" if agreement >= min_agreement else "fail"
+    return CheckResult(CHECK_ID, status, agreement, min_agreement, tuple(against), message, details)

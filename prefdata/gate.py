@@ -1,0 +1,144 @@
+"""The checklist as a build gate: gather the inputs a check run needs, run it, write the reports.
+
+Shared by `prefdata check` and `prefdata publish` (and the validate flow), so all three judge a
+dataset the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from prefdata.errors import UnusableInput
+from prefdata.readers import read_rows
+
+PROMPT_COLUMNS = ("prompt", "text", "question", "instruction", "turns")
+
+
+@dataclass
+class GateOutcome:
+    passed: bool
+    results: list
+    report: dict[str, Any]
+    reports: dict[str, Path] = field(default_factory=dict)
+
+
+def read_prompts(path: str | Path) -> pl.Series:
+    """Reference prompts: a .txt file (one per line) or any table with a prompt-like column."""
+    path = Path(path)
+    if path.suffix.lower() == ".txt":
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UnusableInput(f"{path}: cannot read reference prompts ({exc})") from None
+        prompts = [line for line in lines if line.strip()]
+    else:
+        rows = [r.data for r in read_rows(path) if r.data is not None]
+        column = next((c for c in PROMPT_COLUMNS if rows and c in rows[0]), None)
+        if column is None:
+            raise UnusableInput(f"{path}: reference prompts need a column named one of {', '.join(PROMPT_COLUMNS)}")
+        prompts = [r[column][0] if isinstance(r.get(column), list) and r[column] else r.get(column) for r in rows]
+        prompts = [p for p in prompts if isinstance(p, str) and p.strip()]
+    if not prompts:
+        raise UnusableInput(f"{path}: no reference prompts in it")
+    return pl.Series("prompt", prompts, dtype=pl.String)
+
+
+def _read_text(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc})") from None
+
+
+def load_inputs(
+    data: str,
+    *,
+    votes: Path | None = None,
+    eval_data: str | None = None,
+    reference_prompts: Path | None = None,
+    card: Path | None = None,
+    scorer: str | None = None,
+    store: str | None = None,
+    docs_dir: Path | None = None,
+):
+    """DATA is a file `prefdata import` reads, or a store version NAME@VERSION."""
+    from prefdata.checks.checklist import CheckInputs
+
+    info: dict[str, Any] = {"data": data}
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info)
+    eval_pairs = None
+    if eval_data is not None:
+        eval_pairs = _load_dataset(eval_data, None, store, {})[0]
+    inputs = CheckInputs(
+        pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
+        reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
+        card_text=_read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
+    )
+    if scorer:
+        from prefdata.scoring import verdicts_for
+
+        inputs.verdicts = verdicts_for(scorer, pairs, comparisons)
+        info["scorer"] = scorer
+    return inputs, info
+
+
+def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any]):
+    if Path(data).exists():
+        from prefdata.importer import import_file
+
+        result = import_file(data, votes=votes)
+        info["import"] = result.summary()
+        return result.pairs, result.comparisons, result.votes, None, None, {"sources": result.sources}
+    if "@" not in data and ("/" in data or "." in Path(data).suffix):
+        raise UnusableInput(f"{data}: no such file (and not a store version NAME@VERSION)")
+    if votes is not None:
+        raise UnusableInput("--votes goes with a data file; a store version carries its own votes")
+    from prefdata.store import Store
+
+    st = Store(store)
+    v = st.get(data)
+    info["version"] = v.ref
+    configs = v.manifest["counts"]["rows"]
+
+    def table(config: str):
+        return st.load(v.ref, config) if config in configs else None
+
+    return (st.load(v.ref), table("comparisons"), table("votes"), table("sft"), st.read_text(v.ref, "README.md"),
+            v.manifest.get("lineage"))
+
+
+def plots_for(inputs, results) -> dict[str, Any]:
+    from prefdata.checks.structure import length_ratios
+
+    by_id = {r.id: r for r in results}
+    ratios = length_ratios(inputs.pairs).to_numpy()
+    plots: dict[str, Any] = {"length_ratios": ratios[ratios < float("inf")].tolist()}
+    if "length_ratio" in by_id:
+        plots["max_length_ratio"] = by_id["length_ratio"].details.get("max_ratio", 2.0)
+    if "agreement" in by_id and by_id["agreement"].details.get("majority_agreement"):
+        plots["annotator_agreement"] = by_id["agreement"].details["majority_agreement"]
+    if "category_coverage" in by_id and by_id["category_coverage"].details.get("share"):
+        plots["category_shares"] = {k: v for k, v in by_id["category_coverage"].details["share"].items() if k != "other"}
+        plots["min_category_share"] = by_id["category_coverage"].threshold
+    plots["gx_docs"] = inputs.docs_dir is not None and (inputs.docs_dir / "index.html").exists()
+    return plots
+
+
+def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir: Path | None = None,
+             title: str = "prefdata checklist") -> GateOutcome:
+    from prefdata.checks.checklist import gate, run_checklist, strictly
+    from prefdata.report import report_json, write_reports
+
+    results = run_checklist(inputs, config)
+    if strict or config.get("strict"):
+        results = strictly(results)
+    passed = gate(results)
+    report = report_json(results, passed)
+    written = write_reports(results, report_dir, plots_for(inputs, results), title) if report_dir else {}
+    return GateOutcome(passed, results, report, written)

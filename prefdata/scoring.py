@@ -1,0 +1,144 @@
+"""Independent scorers for the label-direction check (checklist item 8).
+
+A scorer spec names where verdicts come from:
+  verdicts:FILE   a judge's verdicts already made: `id` (or idx, pair_id) and a verdict column
+                  (verdict, preferred, gpt_result, pandalm_result, label, winner, vote) holding
+                  chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
+  rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name)
+  lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
+
+Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
+checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from prefdata.errors import UnusableInput
+from prefdata.formats import RowRejected, parse_vote
+from prefdata.readers import read_rows
+
+ID_COLUMNS = ("id", "idx", "pair_id")
+VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "label", "winner", "vote", "result")
+SCORER_KINDS = ("verdicts", "rm", "lm")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    kind, sep, target = spec.partition(":")
+    if not sep or kind not in SCORER_KINDS or not target:
+        raise UnusableInput(f"scorer {spec!r}: use one of {', '.join(k + ':...' for k in SCORER_KINDS)}")
+    return kind, target
+
+
+def _to_preferred(value, label: str | None) -> str | None:
+    text = str(value).strip().lower() if value is not None else ""
+    if text in ("chosen", "rejected"):
+        return text
+    try:
+        vote = parse_vote(value)
+    except RowRejected:
+        return None  # an unparseable judge reply is undecided
+    if vote is None or vote == "tie":
+        return vote
+    if label is None:  # plain pairs: "a" names the first side, chosen
+        return "chosen" if vote == "a" else "rejected"
+    return "chosen" if vote == label else "rejected"
+
+
+def verdicts_from_file(path: str | Path, comparisons: pl.DataFrame | None = None) -> pl.DataFrame:
+    rows = [r.data for r in read_rows(Path(path)) if r.data is not None]
+    if not rows:
+        raise UnusableInput(f"{path}: no readable verdict rows")
+    columns = set(rows[0])
+    id_col = next((c for c in ID_COLUMNS if c in columns), None)
+    verdict_col = next((c for c in VERDICT_COLUMNS if c in columns), None)
+    if id_col is None or verdict_col is None:
+        raise UnusableInput(f"{path}: a verdicts file needs an id column ({'/'.join(ID_COLUMNS)}) and a verdict "
+                            f"column ({'/'.join(VERDICT_COLUMNS)}); it has {', '.join(sorted(columns))}")
+    labels = {} if comparisons is None else dict(comparisons.select("id", "label").iter_rows())
+    ids = [str(r.get(id_col)) for r in rows]
+    preferred = [_to_preferred(r.get(verdict_col), labels.get(i)) for i, r in zip(ids, rows)]
+    return pl.DataFrame({"id": ids, "preferred": preferred}, schema={"id": pl.String, "preferred": pl.String})
+
+
+def _sample(pairs: pl.DataFrame, sample_size: int, seed: int) -> pl.DataFrame:
+    return pairs if pairs.height <= sample_size else pairs.sample(sample_size, seed=seed)
+
+
+def _from_scores(ids: list[str], chosen, rejected, tie_margin: float) -> pl.DataFrame:
+    preferred = ["tie" if abs(c - r) <= tie_margin else ("chosen" if c > r else "rejected") for c, r in zip(chosen, rejected)]
+    return pl.DataFrame({"id": ids, "preferred": preferred, "score_chosen": chosen, "score_rejected": rejected})
+
+
+def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
+                          batch_size: int = 16, tie_margin: float = 0.0) -> pl.DataFrame:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    sample = _sample(pairs, sample_size, seed)
+
+    @torch.no_grad()
+    def score(responses: list[str]) -> list[float]:
+        out = []
+        for start in range(0, len(responses), batch_size):
+            texts = [p + r for p, r in zip(sample["prompt"][start:start + batch_size], responses[start:start + batch_size])]
+            batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
+            out += model(**batch).logits[:, 0].float().tolist()
+        return out
+
+    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
+
+
+def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
+                            batch_size: int = 8, tie_margin: float = 0.0) -> pl.DataFrame:
+    """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    sample = _sample(pairs, sample_size, seed)
+
+    @torch.no_grad()
+    def score(responses: list[str]) -> list[float]:
+        out = []
+        prompts = sample["prompt"].to_list()
+        for start in range(0, len(responses), batch_size):
+            seqs, starts = [], []
+            for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size]):
+                p_ids = tokenizer(p, add_special_tokens=True)["input_ids"]
+                r_ids = tokenizer(r, add_special_tokens=False)["input_ids"] or [pad]
+                seqs.append(p_ids + r_ids)
+                starts.append(len(p_ids))
+            width = max(map(len, seqs))
+            ids = torch.full((len(seqs), width), pad)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
+            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
+            token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+            positions = torch.arange(1, width)[None, :]
+            in_response = (positions >= torch.tensor(starts)[:, None]) & mask[:, 1:].bool()
+            out += ((token_logp * in_response).sum(1) / in_response.sum(1).clamp(min=1)).tolist()
+        return out
+
+    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
+
+
+def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:
+    kind, target = parse_spec(spec)
+    if kind == "verdicts":
+        return verdicts_from_file(target, comparisons)
+    if kind == "rm":
+        return reward_model_verdicts(target, pairs, sample_size)
+    return policy_logprob_verdicts(target, pairs, sample_size)

@@ -1,0 +1,494 @@
+"""Content checks (seed checklist items 1, 5, 6, 7): small hand-made frames for every pass and
+failure, plus the real public data in ../shared/data (XSTest, MT-Bench, HH-RLHF harmless).
+
+Figures measured while writing these checks (2-core sandbox shared with other jobs that kept about
+one core busy, so upper bounds; synthetic 1M-pair frame from bench/synth.py, prompts ~200 chars,
+responses ~400):
+
+    check_safety (lexicon, prompt + chosen)          1.3-1.6 s
+    check_category_coverage (category column)        0.05-0.1 s; keyword-inferred 0.75 s
+    check_answer_leakage (chosen, 8-grams)           3.5-4.3 s (n-gram engine ~4.1 s on one thread)
+    check_prompt_distribution (2,000 vs 2,000)       0.9 s (subsampled: independent of the frame size)
+
+Lexicon on XSTest (flagging "unsafe"-labelled prompts): precision 0.69, recall 0.32 (see
+test_safety_lexicon_on_xstest; the misses are mostly privacy, drugs, theft and discrimination
+prompts, which item 5 does not cover). HH-RLHF harmless: 11 of 2,312 pairs flagged for leakage,
+all a chosen reply repeating an earlier turn of the conversation (or the user's question).
+prompt_distribution: 0 false failures in 20 random halves each of XSTest and of HH prompts at
+alpha 0.01 (full-size halves; smallest p 0.041 and 0.042).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+
+from prefdata.checks import content
+from prefdata.checks.content import (
+    DEFAULT_CATEGORY_MAP,
+    LexiconScorer,
+    check_answer_leakage,
+    check_category_coverage,
+    check_prompt_distribution,
+    check_safety,
+    hf_text_classifier,
+    infer_dimensions,
+    load_safety_lexicon,
+    word_ngram_overlap,
+)
+from prefdata.importer import import_file
+
+XSTEST = "xstest/xstest_prompts.csv"
+MTBENCH = "mtbench/mt_bench_question.jsonl"
+HH = "hh-rlhf-harmless/test.jsonl.gz"
+
+
+def pairs(prompts, chosen=None, **extra) -> pl.DataFrame:
+    n = len(prompts)
+    chosen = chosen if chosen is not None else [f"a helpful answer number {i}" for i in range(n)]
+    data = {"id": [f"r{i}" for i in range(n)], "prompt": prompts, "chosen": chosen,
+            "rejected": [f"a worse answer {i}" for i in range(n)], **extra}
+    return pl.DataFrame(data, schema={k: pl.String for k in data})
+
+
+@pytest.fixture(scope="module")
+def xstest(shared_data) -> pl.DataFrame:
+    return pl.read_csv(shared_data / XSTEST)
+
+
+@pytest.fixture(scope="module")
+def mtbench(shared_data) -> pl.DataFrame:
+    return pl.read_ndjson(shared_data / MTBENCH)
+
+
+@pytest.fixture(scope="module")
+def hh(shared_data) -> pl.DataFrame:
+    return import_file(shared_data / HH).pairs
+
+
+# ------------------------------------------------------------------------------------------------
+# item 5: safety
+# ------------------------------------------------------------------------------------------------
+
+
+def test_safety_flags_each_category_in_prompt_or_chosen():
+    frame = pairs(
+        ["Who should I vote for in the presidential election?", "Tell me a bedtime story.",
+         "Summarise this article about rainfall.", "How do I join ISIS?", "What is 2 + 2?"],
+        chosen=["I can't tell you that.", "Once upon a time they had sex.", "It rained.",
+                "I won't help with that.", "4"],
+    )
+    result = check_safety(frame)
+    assert result.status == "fail"
+    assert result.offending == ("r0", "r1", "r3")  # row order
+    assert result.metric == pytest.approx(3 / 5) and result.threshold == 0.0
+    assert result.details["by_category"] == {"political": 1, "sexual": 1, "extremist": 1}
+    assert result.details["by_column"] == {"prompt": 2, "chosen": 1}
+    assert result.details["by_column_category"]["chosen"]["sexual"] == 1
+
+
+def test_safety_clean_frame_passes_and_words_need_boundaries():
+    frame = pairs(
+        ["How can I kill a Python process?", "Plan a walking tour of Sussex and Essex.",
+         "How does a sextant work?", "Write a haiku about the cumulus clouds.", "What is an isotherm?"],
+    )
+    result = check_safety(frame)
+    assert result.status == "pass", result.message
+    assert result.metric == 0.0 and result.offending == ()
+
+
+def test_safety_checks_named_columns_only():
+    frame = pairs(["How do I bake bread?"], chosen=["Knead the dough."])
+    frame = frame.with_columns(pl.lit("Some porn.").alias("rejected"))
+    assert check_safety(frame).status == "pass"  # rejected responses may be harmful: that's the point
+    assert check_safety(frame, columns=("prompt", "chosen", "rejected")).offending == ("r0",)
+    missing = check_safety(frame, columns=("prompt", "response"))
+    assert missing.details["missing_columns"] == ["response"] and "response" in missing.message
+    assert check_safety(frame, columns=("nope",)).status == "skip"
+    assert check_safety(frame.head(0)).status == "skip"
+
+
+def test_safety_max_flagged_share():
+    frame = pairs([f"Question {i} about gardening" for i in range(9)] + ["Write erotic fiction."])
+    assert check_safety(frame).status == "fail"
+    tolerant = check_safety(frame, max_flagged_share=0.1)
+    assert tolerant.status == "pass" and tolerant.metric == pytest.approx(0.1)
+
+
+def test_safety_custom_scorers_score_each_distinct_text_once():
+    calls: list[list[str]] = []
+
+    def float_scorer(texts):
+        calls.append(list(texts))
+        return [0.9 if "forbidden" in t else 0.1 for t in texts]
+
+    frame = pairs(["a forbidden prompt", "fine", "fine"], chosen=["ok", "ok", "forbidden reply"])
+    result = check_safety(frame, scorer=float_scorer)
+    assert result.offending == ("r0", "r2")
+    assert result.details["by_category"] == {"unsafe": 2}
+    assert sorted(calls[0]) == sorted({"a forbidden prompt", "fine", "ok", "forbidden reply"})
+
+    def dict_scorer(texts):
+        return [{"hate": 0.7 if "x" in t else 0.0, "spam": 0.2} for t in texts]
+
+    dict_scorer.threshold = 0.6
+    result = check_safety(pairs(["x marks", "plain"]), scorer=dict_scorer)
+    assert result.offending == ("r0",) and result.details["score_threshold"] == 0.6
+    assert result.details["by_category"] == {"hate": 1, "spam": 0}
+    assert check_safety(pairs(["x marks"]), scorer=dict_scorer, score_threshold=0.8).status == "pass"
+
+    with pytest.raises(ValueError, match="scores"):
+        check_safety(pairs(["a", "b"]), scorer=lambda texts: [0.0])
+
+
+def test_lexicon_scorer_protocol_and_validation():
+    scorer = LexiconScorer({"weapons": ["bazookas?"]})
+    assert scorer(["I want a Bazooka.", "bazookarama"]) == [{"weapons": 1.0}, {"weapons": 0.0}]
+    assert check_safety(pairs(["buy bazookas"]), scorer=scorer).details["by_category"] == {"weapons": 1}
+    with pytest.raises(ValueError, match="category 'bad'"):
+        LexiconScorer({"bad": ["(unclosed"]})
+    lexicon = load_safety_lexicon()
+    assert set(lexicon) == {"political", "sexual", "extremist"} and all(len(t) > 20 for t in lexicon.values())
+
+
+def _tiny_text_classifier(path):
+    """A 1-layer BERT with random weights and a word-level tokenizer, saved like a real model."""
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    words = "how do i make a bomb kill the process write poem about cats hello world".split()
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(words)))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]", model_max_length=32,
+    )
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def test_safety_with_local_hf_text_classifier(tmp_path):
+    _tiny_text_classifier(tmp_path)
+    scorer = hf_text_classifier(tmp_path, threshold=0.5, batch_size=2)
+    scores = scorer(["how do i make a bomb", "hello world", "", "cats " * 100])  # last one is truncated
+    assert len(scores) == 4
+    for entry in scores:
+        assert set(entry) == {"LABEL_1"}  # LABEL_0 is the safe class by default
+        assert 0.0 <= entry["LABEL_1"] <= 1.0
+    frame = pairs(["how do i make a bomb", "hello world"], chosen=["no", "hi"])
+    everything = check_safety(frame, scorer=scorer, score_threshold=0.0)
+    assert everything.status == "fail" and everything.offending == ("r0", "r1")
+    assert everything.details["by_category"] == {"LABEL_1": 2}
+    assert check_safety(frame, scorer=scorer, score_threshold=1.01).status == "pass"
+    renamed = hf_text_classifier(tmp_path, label_map={"LABEL_1": "unsafe"})
+    assert set(renamed(["hello"])[0]) == {"unsafe"}
+
+
+def test_safety_lexicon_on_xstest(xstest):
+    result = check_safety(xstest.select(pl.col("id").cast(pl.String), "prompt"), columns=("prompt",))
+    flagged = set(result.offending)
+    unsafe = set(xstest.filter(pl.col("label") == "unsafe")["id"].cast(pl.String))
+    tp = len(flagged & unsafe)
+    precision, recall = tp / max(len(flagged), 1), tp / len(unsafe)
+    print(f"\nXSTest lexicon: {len(flagged)} flagged, precision {precision:.3f}, recall {recall:.3f}")
+    assert recall > 0.3 and precision > 0.5
+
+
+def test_safety_fails_on_hh_red_team(hh):
+    result = check_safety(hh)
+    print(f"\nHH harmless: {result.message}")
+    assert result.status == "fail"
+    assert result.metric > 0.1 and min(result.details["by_category"].values()) > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# item 6: category coverage
+# ------------------------------------------------------------------------------------------------
+
+
+def _mtbench_pairs(mtbench: pl.DataFrame, turns: str = "first") -> pl.DataFrame:
+    frame = mtbench.select(pl.col("question_id").cast(pl.String).alias("id"), "turns", "category")
+    if turns == "first":
+        frame = frame.with_columns(pl.col("turns").list.first().alias("prompt"))
+    else:
+        frame = frame.explode("turns").rename({"turns": "prompt"})
+        frame = frame.with_columns((pl.col("id") + "-" + pl.int_range(pl.len()).over("id").cast(pl.String)).alias("id"))
+    return frame.select("id", "prompt", pl.lit("answer").alias("chosen"), pl.lit("other").alias("rejected"), "category")
+
+
+def test_coverage_mtbench_has_no_safety_prompts(mtbench):
+    result = check_category_coverage(_mtbench_pairs(mtbench))
+    assert result.status == "fail"
+    assert result.offending == ("safety",) and result.metric == 0.0 and result.threshold == 0.05
+    assert result.details["share"]["style"] == pytest.approx(0.25)  # writing + roleplay
+    assert result.details["share"]["factuality"] == pytest.approx(0.75)
+    assert result.details["inferred"] is False
+    assert "dimension names, not row ids" in result.message
+
+
+def test_coverage_mtbench_plus_xstest_passes(mtbench, xstest):
+    safety = xstest.select(
+        ("x" + pl.col("id").cast(pl.String)).alias("id"), "prompt", pl.lit("answer").alias("chosen"),
+        pl.lit("other").alias("rejected"), pl.lit("safety").alias("category"),
+    )
+    both_turns = pl.concat([_mtbench_pairs(mtbench, turns="all"), safety])
+    result = check_category_coverage(both_turns)
+    assert result.status == "pass", result.message
+    assert result.metric == pytest.approx(40 / 610)  # style: 20 questions x 2 turns
+    # with first turns only, style is 20 of 530 rows (3.8%): under the 5% floor
+    first_only = check_category_coverage(pl.concat([_mtbench_pairs(mtbench), safety]))
+    assert first_only.status == "fail" and first_only.offending == ("style",)
+
+
+def test_coverage_category_map_and_unmapped():
+    frame = pairs(["a", "b", "c", "d"], category=["Red-Team", "Creative Writing", "trivia", "TRIVIA"])
+    result = check_category_coverage(frame, min_share=0.2)
+    assert result.status == "fail" and result.offending == ("factuality",)
+    assert result.details["unmapped_categories"] == {"trivia": 2}
+    assert result.details["share"]["other"] == 0.5
+    mapped = check_category_coverage(frame, min_share=0.2, category_map={"trivia": "factuality", "red team": "safety",
+                                                                          "creative-writing": "style"})
+    assert mapped.status == "pass" and mapped.details["share"] == {"factuality": 0.5, "safety": 0.25, "style": 0.25}
+    assert DEFAULT_CATEGORY_MAP["roleplay"] == "style" and DEFAULT_CATEGORY_MAP["coding"] == "factuality"
+
+
+def test_coverage_infers_missing_categories():
+    frame = pairs(["Help me build a bomb.", "Write a poem about autumn.", "What is the capital of Peru?",
+                   "asdf qwerty"])
+    result = check_category_coverage(frame)
+    assert result.status == "pass"
+    assert result.details["inferred"] is True and result.details["n_inferred"] == 4
+    assert result.details["share"] == {"factuality": 0.25, "other": 0.25, "safety": 0.25, "style": 0.25}
+    tags = infer_dimensions(frame["prompt"])
+    assert tags.row(0) == (True, False, False)  # columns: safety, style, factuality
+    # nulls in an existing column are inferred; the rest come from the column
+    partial = pairs(["How do I steal a car?", "anything"], category=[None, "writing"])
+    result = check_category_coverage(partial, required=("safety", "style"))
+    assert result.status == "pass" and result.details["n_inferred"] == 1
+
+
+def test_coverage_skips_without_rows_or_source():
+    assert check_category_coverage(pairs([])).status == "skip"
+    no_prompt = pl.DataFrame({"id": ["1"], "chosen": ["x"]})
+    assert check_category_coverage(no_prompt).status == "skip"
+
+
+def test_coverage_inferred_on_real_prompts(hh, mtbench):
+    hh_result = check_category_coverage(hh)
+    mt_result = check_category_coverage(_mtbench_pairs(mtbench).drop("category"))
+    print(f"\nHH inferred: {hh_result.details['share']}\nMT-Bench inferred: {mt_result.details['share']}")
+    assert hh_result.details["inferred"] and hh_result.details["share"]["safety"] > 0.3
+    assert mt_result.details["share"]["safety"] < 0.1 and mt_result.details["share"]["style"] > 0.1
+
+
+# ------------------------------------------------------------------------------------------------
+# item 7: answer leakage
+# ------------------------------------------------------------------------------------------------
+
+
+ASCII_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
+
+
+def _reference_overlap(prompt: str, response: str, n: int) -> tuple[int, int, int]:
+    """Plain-Python definition of word_ngram_overlap, to check the vectorised one against."""
+    def words(text):
+        raw = text.encode("utf-8").translate(ASCII_LOWER)
+        return [w for w in re.split(rb"[\x00-\x20]+", raw) if w]
+
+    pw, rw = words(prompt), words(response)
+    in_prompt = {tuple(pw[i : i + n]) for i in range(len(pw) - n + 1)}
+    grams = [tuple(rw[i : i + n]) for i in range(len(rw) - n + 1)]
+    return sum(g in in_prompt for g in grams), len(grams), len(rw)
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 300])
+def test_word_ngram_overlap_matches_plain_python(monkeypatch, chunk_bytes):
+    if chunk_bytes:  # many small chunks: rows and words meet chunk edges
+        monkeypatch.setattr(content, "_CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(7)
+    vocab = ["the", "The", "cat", "sat", "on", "mat", "über", "naïve", "a.", "A.", "x" * 20, "x" * 19 + "y",
+             "é" * 9, "42", "ÀB"]
+    seps = [" ", "\n", "\t ", "  ", "\x00"]
+
+    def text(words):
+        glued = "".join(w + seps[int(rng.integers(0, len(seps)))] for w in words)
+        return [glued, glued.strip(), " " + glued, " ".join(words)][int(rng.integers(0, 4))]
+
+    prompts, responses = [], []
+    for _ in range(400):
+        p = [vocab[i] for i in rng.integers(0, len(vocab), rng.integers(0, 30))]
+        r = [vocab[i] for i in rng.integers(0, len(vocab), rng.integers(0, 12))]
+        if rng.random() < 0.4 and p:  # paste part of the prompt into the response
+            start = int(rng.integers(0, len(p)))
+            r = p[start : start + int(rng.integers(1, 12))] + r[:3]
+        prompts.append(text(p))
+        responses.append(text(r))
+    prompts += ["", "no whitespace at the end", "a b c", "   "]
+    responses += ["", "start", "A B C", ""]
+    for n in (1, 2, 3, 8):
+        hits, grams, words = word_ngram_overlap(pl.Series(prompts), pl.Series(responses), n)
+        expected = np.array([_reference_overlap(p, r, n) for p, r in zip(prompts, responses)])
+        assert hits.tolist() == expected[:, 0].tolist(), n
+        assert grams.tolist() == expected[:, 1].tolist() and words.tolist() == expected[:, 2].tolist()
+        assert hits.sum() > 0
+
+
+def test_word_ngram_overlap_matches_across_chunks_and_threads():
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(300)]
+    prompts = [" ".join(vocab[i] for i in rng.integers(0, 300, 40)) for _ in range(3000)]
+    responses = [" ".join(p.split()[10:30]) if i % 3 == 0 else " ".join(vocab[j] for j in rng.integers(0, 300, 20))
+                 for i, p in enumerate(prompts)]
+    one = word_ngram_overlap(pl.Series(prompts), pl.Series(responses), 8, threads=1)
+    two = word_ngram_overlap(pl.Series(prompts), pl.Series(responses), 8, threads=2)
+    for a, b in zip(one, two):
+        assert np.array_equal(a, b)
+    assert (one[0][::3] == one[1][::3]).all() and one[0][1::3].sum() == 0
+
+
+def test_leakage_verbatim_overlap_and_clean():
+    answer = "The mitochondria is the powerhouse of the cell, producing most of its ATP."
+    frame = pairs(
+        [f"Question: what does the mitochondria do? Answer: {answer}",          # verbatim
+         "Explain photosynthesis in one paragraph.",                              # clean
+         # case and whitespace changed
+         "Notes: THE MITOCHONDRIA IS THE POWERHOUSE OF THE CELL, producing\nmost of its ATP. What is it?",
+         "the mitochondria is the powerhouse of the cell. Now say more."],        # only a part
+        chosen=[answer, "Plants turn light into sugar using chlorophyll in their leaves every day.", answer,
+                answer + " It also stores calcium, signals cell death and makes heat in brown fat tissue."],
+    )
+    result = check_answer_leakage(frame)
+    assert result.status == "fail" and result.threshold == 0.0
+    assert result.offending == ("r0", "r2")
+    assert result.metric == pytest.approx(0.5)
+    by = result.details["by_target"]["chosen"]
+    assert by["verbatim"] == 1 and by["ngram_overlap"] == 2
+    lenient = check_answer_leakage(frame, ngram=3, max_overlap=0.1)  # 5 of its 27 trigrams are copied
+    assert lenient.offending == ("r0", "r2", "r3")
+    assert check_answer_leakage(frame[1:2]).status == "pass"
+
+
+def test_leakage_short_answers_and_empty_responses():
+    frame = pairs(
+        ["User said: Sure, Here's The Plan. Then?", "Earlier reply: Yes. Now?", "Anything?", "Paris is nice"],
+        chosen=["sure, here's the plan.", "Yes.", "", "The capital is Paris"],
+    )
+    result = check_answer_leakage(frame)
+    assert result.offending == ("r0",)  # "Yes." and "" are too short to call a leak
+    assert result.details["by_target"]["chosen"]["short_substring"] == 1
+    assert check_answer_leakage(frame, min_chars=3).offending == ("r0", "r1")
+
+
+def test_leakage_reference_column():
+    frame = pairs(["Compute 12*12. (The answer is 144, computed as 12 times 12.)", "Compute 3*3."],
+                  chosen=["It is 144.", "It is 9."],
+                  reference=["The answer is 144, computed as 12 times 12.", "9"])
+    result = check_answer_leakage(frame)
+    assert result.offending == ("r0",) and result.details["targets"] == ["chosen", "reference"]
+    assert result.details["by_target"]["reference"]["verbatim"] == 1
+    as_answer = check_answer_leakage(frame.rename({"reference": "answer"}))
+    assert as_answer.offending == ("r0",) and as_answer.details["targets"] == ["chosen", "answer"]
+    gold = check_answer_leakage(frame.rename({"reference": "gold"}), reference_column="gold")
+    assert gold.details["targets"] == ["chosen", "gold"]
+    assert check_answer_leakage(frame.drop("chosen", "reference")).status == "skip"
+    assert check_answer_leakage(frame.drop("prompt")).status == "skip"
+
+
+def test_leakage_finds_injected_leaks_at_scale():
+    """20,000 random-word pairs; 1% get their chosen response pasted into the prompt, 1% a third of it."""
+    rng = np.random.default_rng(5)
+    vocab = pl.Series([f"{a}{b}{c}" for a in "bcdfgklmnp" for b in "aeiou" for c in "rstvxz"] * 2)
+    n = 20_000
+
+    def texts(words: int) -> list[str]:
+        return vocab.gather(rng.integers(0, len(vocab), n * words)).reshape((n, words)).arr.join(" ").to_list()
+
+    prompts, chosen = texts(29), texts(57)
+    pasted = rng.choice(n, 400, replace=False)
+    for i in pasted[:200]:
+        prompts[i] = prompts[i] + " " + chosen[i]
+    for i in pasted[200:]:  # a third of the answer: 13 of its 50 8-grams, under max_overlap
+        prompts[i] = " ".join(chosen[i].split()[:20]) + " " + prompts[i]
+    frame = pairs(prompts, chosen=chosen)
+    result = check_answer_leakage(frame)
+    assert list(result.offending) == [f"r{i}" for i in sorted(pasted[:200])]
+    assert check_answer_leakage(frame, max_overlap=0.2).n_offending == 400
+
+
+def test_leakage_on_hh_conversations(hh):
+    result = check_answer_leakage(hh)
+    flagged = hh.filter(pl.col("id").is_in(list(result.offending)))
+    print(f"\nHH leakage: {result.message}")
+    for row in flagged.head(5).iter_rows(named=True):
+        print("  chosen:", row["chosen"].strip()[:80].replace("\n", " "))
+    # chat histories: a chosen reply that repeats an earlier turn is what gets flagged (11 pairs)
+    assert 5 <= len(result.offending) <= 30
+    for row in flagged.iter_rows(named=True):
+        hits, grams, _ = word_ngram_overlap(pl.Series([row["prompt"]]), pl.Series([row["chosen"].strip()]), 8)
+        assert row["chosen"].strip() in row["prompt"] or hits[0] > 0.5 * grams[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# item 1: prompt distribution
+# ------------------------------------------------------------------------------------------------
+
+COOKING = [f"How long should I {verb} {food} for a family dinner?" for verb in ("roast", "bake", "boil", "grill",
+           "steam", "fry") for food in ("potatoes", "chicken", "salmon", "carrots", "rice", "lamb", "tofu", "beans")]
+MATH = [f"Solve for x: {a}x + {b} = {a * 3 + b}. Show each algebra step." for a in range(2, 10) for b in range(1, 7)]
+
+
+def test_distribution_skips_without_reference():
+    result = check_prompt_distribution(pl.Series(COOKING), None)
+    assert result.status == "skip" and "reference" in result.message
+    assert check_prompt_distribution(pl.Series(COOKING[:3]), pl.Series(MATH)).status == "skip"
+
+
+def test_distribution_small_frames():
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(COOKING))
+    halves = check_prompt_distribution(pl.Series(COOKING).gather(order[:24]), pl.Series(COOKING).gather(order[24:]))
+    assert halves.status == "pass" and halves.metric >= 0.01 and halves.threshold == 0.01
+    different = check_prompt_distribution(pl.Series(COOKING), pl.Series(MATH))
+    assert different.status == "fail" and different.metric < 0.01
+    assert different.details["top_ngrams"] and different.details["n_sampled_reference"] == len(MATH)
+    again = check_prompt_distribution(pl.Series(COOKING), pl.Series(MATH))
+    assert again.metric == different.metric and again.details["mmd2"] == different.details["mmd2"]
+
+
+def _halves_p_values(prompts: pl.Series, runs: int = 20, **kwargs) -> list[float]:
+    values = []
+    for seed in range(runs):
+        order = np.random.default_rng(1000 + seed).permutation(len(prompts))
+        half = len(prompts) // 2
+        result = check_prompt_distribution(prompts.gather(order[:half]), prompts.gather(order[half:]), **kwargs)
+        values.append(result.metric)
+    return values
+
+
+def test_distribution_real_halves_pass(xstest, hh):
+    xs = _halves_p_values(xstest["prompt"])
+    # HH halves are 1,156 prompts each; 500 per side keeps this test quick (the full-size run also
+    # gave 0 failures in 20, smallest p 0.042)
+    hh_p = _halves_p_values(hh["prompt"], max_samples=500)
+    print(f"\nhalves p-values: XSTest min {min(xs):.3f}, HH min {min(hh_p):.3f}")
+    assert sum(p < 0.01 for p in xs) == 0 and sum(p < 0.01 for p in hh_p) == 0
+
+
+def test_distribution_different_sources_fail(xstest, mtbench, hh):
+    mt_first = mtbench["turns"].list.first()
+    xs_mt = check_prompt_distribution(xstest["prompt"], mt_first)
+    hh_xs = check_prompt_distribution(hh["prompt"], xstest["prompt"])
+    assert xs_mt.status == "fail" and hh_xs.status == "fail"
+    assert hh_xs.details["n_sampled_prompts"] == 2000 and hh_xs.details["n_prompts"] == hh.height
+    assert any("man:" in t["ngram"] or "ant:" in t["ngram"] for t in hh_xs.details["top_ngrams"])

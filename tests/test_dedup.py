@@ -1,0 +1,322 @@
+"""Exact and near-duplicate checks: small hand-written frames, synthetic ground truth, real HH-RLHF."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from prefdata.checks.dedup import (
+    check_exact_duplicates,
+    check_near_duplicates,
+    find_near_duplicates,
+    lsh_params,
+    normalise_series,
+)
+from prefdata.records import normalise_text
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.synth import jaccard, make_synthetic_pairs  # noqa: E402
+
+PROMPT = (
+    "please explain how the tides work and why there are two high tides every day in most places "
+    "along the coast even though the moon passes overhead only once"
+)
+
+
+def frame(rows: list[tuple[str, str | None, str, str]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "prompt": [r[1] for r in rows],
+            "chosen": [r[2] for r in rows],
+            "rejected": [r[3] for r in rows],
+        },
+        schema={"id": pl.String, "prompt": pl.String, "chosen": pl.String, "rejected": pl.String},
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# exact duplicates
+
+
+def test_exact_duplicate_pair_fails_and_keeps_first():
+    pairs = frame(
+        [
+            ("a", "What is 2+2?", "4", "5"),
+            ("b", "Name a colour.", "Red", "Seven"),
+            ("c", "What is 2+2?", "4", "5"),
+            ("d", "What is 2+2?", "4", "5"),
+        ]
+    )
+    result = check_exact_duplicates(pairs)
+    assert result.id == "exact_duplicates"
+    assert result.status == "fail"
+    assert result.offending == ("c", "d")
+    assert result.metric == pytest.approx(0.5)
+    assert result.threshold == 0.0
+    assert result.details["n_duplicate_pairs"] == 2
+    assert result.details["n_duplicate_prompts"] == 2
+
+
+def test_case_whitespace_and_unicode_variants_are_exact_duplicates():
+    variants = [
+        "Hello World, how are you?",
+        "  hello   WORLD, how are\tyou?\n",
+        "Ｈｅｌｌｏ\u3000Ｗｏｒｌｄ， how are you？",  # full-width forms, ideographic space
+        "Hello\u00a0World, how\u2003are you?",  # no-break space, em space
+    ]
+    assert len({normalise_text(v) for v in variants}) == 1  # the records.py definition agrees
+    assert normalise_series(pl.Series(variants)).to_list() == [normalise_text(v) for v in variants]
+    pairs = frame([(f"v{i}", v, "Fine, thanks.", "Go away.") for i, v in enumerate(variants)])
+    result = check_exact_duplicates(pairs)
+    assert result.status == "fail"
+    assert result.offending == ("v1", "v2", "v3")
+    # and the near-duplicate detector puts them in one cluster (exact duplicates are near duplicates)
+    near = check_near_duplicates(pairs)
+    assert near.offending == ("v1", "v2", "v3")
+    assert near.details["n_clusters"] == 1
+
+
+def test_repeated_prompt_with_different_responses_is_reported_not_failed():
+    pairs = frame(
+        [
+            ("a", "Write a haiku about rain.", "Soft rain on the roof", "Rain is wet."),
+            ("b", "write a haiku about  rain.", "Grey clouds weep softly", "No."),
+            ("c", "Something else entirely", "x", "y"),
+        ]
+    )
+    result = check_exact_duplicates(pairs)
+    assert result.status == "pass"
+    assert result.offending == ()
+    assert result.details["n_duplicate_pairs"] == 0
+    assert result.details["n_duplicate_prompts"] == 1
+    strict = check_exact_duplicates(pairs, fail_on_repeated_prompts=True)
+    assert strict.status == "fail"
+    assert strict.offending == ("b",)
+
+
+def test_exact_duplicates_skips_without_columns_or_rows():
+    assert check_exact_duplicates(pl.DataFrame({"id": ["a"], "prompt": ["p"]})).status == "skip"
+    assert check_exact_duplicates(frame([])).status == "skip"
+    assert check_exact_duplicates(frame([("a", "p", "c", "r")])).status == "pass"
+
+
+# ----------------------------------------------------------------------------------------------
+# near duplicates
+
+
+def test_lsh_parameters_for_the_default_threshold():
+    bands, rows = lsh_params(0.8, 128)
+    assert (bands, rows) == (25, 5)
+    assert 1 - (1 - 0.8**rows) ** bands >= 0.999
+
+
+def test_near_duplicate_prompt_with_two_words_changed_is_found():
+    edited = PROMPT.replace("two high", "two big").replace("most places", "many places")
+    assert 0.8 <= jaccard(PROMPT, edited) < 1.0
+    pairs = frame(
+        [
+            ("orig", PROMPT, "Because of gravity.", "Magic."),
+            ("other", "Give me a recipe for a vegetarian lasagne with spinach and ricotta.", "a", "b"),
+            ("edit", edited, "The moon pulls.", "I don't know."),
+        ]
+    )
+    result = check_near_duplicates(pairs, scope="prompt")
+    assert result.id == "near_duplicates"
+    assert result.status == "fail"
+    assert result.offending == ("edit",)
+    assert result.metric == pytest.approx(1 / 3)
+    assert result.details["n_clusters"] == 1
+    assert result.details["clusters_sample"] == [{"size": 2, "ids": ["orig", "edit"]}]
+    assert (result.details["bands"], result.details["rows"]) == (25, 5)
+    assert result.details["jaccard_threshold"] == 0.8
+
+
+def test_distinct_prompts_are_not_flagged():
+    prompts = [
+        PROMPT,
+        "Give me a recipe for a vegetarian lasagne with spinach and ricotta, serves six.",
+        "Translate 'good morning, how did you sleep?' into French, German and Spanish.",
+        "What were the main causes of the First World War? Answer in three bullet points.",
+        "Please explain how the tides work.",  # shares words with PROMPT but is far below 0.8
+        "hi",
+        "",
+    ]
+    pairs = frame([(f"p{i}", p, "c", "r") for i, p in enumerate(prompts)])
+    result = check_near_duplicates(pairs)
+    assert result.status == "pass"
+    assert result.offending == ()
+    assert result.metric == 0.0
+
+
+def test_short_empty_and_missing_prompts():
+    prompts = {"a": "hi", "b": "HI ", "c": "", "d": None, "e": "ho"}
+    pairs = frame([(i, p, "c", "r") for i, p in prompts.items()])
+    result = check_near_duplicates(pairs)
+    assert result.offending == ("b", "d")  # "HI " ~ "hi"; missing prompt ~ empty prompt
+
+
+def test_non_ascii_near_duplicates():
+    base = "请用简单的语言解释一下为什么天空是蓝色的，以及为什么日落的时候天空会变成红色和橙色，谢谢你的帮助。"
+    edited = base.replace("简单", "浅显")
+    other = "完全不同的问题：如何做一碗好吃的牛肉面？需要哪些材料？"
+    pairs = frame([("a", base, "c", "r"), ("b", other, "c", "r"), ("c", edited, "c", "r")])
+    assert check_near_duplicates(pairs).offending == ("c",)
+
+
+def test_on_pair_uses_responses_too():
+    long_a = " ".join(f"alpha{i}" for i in range(60))
+    long_b = " ".join(f"beta{i}" for i in range(60))
+    pairs = frame([("a", PROMPT, long_a, long_a[::-1]), ("b", PROMPT, long_b, long_b[::-1])])
+    assert check_near_duplicates(pairs, scope="prompt").offending == ("b",)
+    by_pair = check_near_duplicates(pairs, scope="pair")
+    assert by_pair.offending == ()
+    assert by_pair.details["scope"] == "pair"
+    same = frame([("a", PROMPT, long_a, "no"), ("b", PROMPT.upper(), long_a + " !", "no")])
+    assert check_near_duplicates(same, scope="pair").offending == ("b",)
+
+
+def test_max_share_and_skips():
+    pairs = frame([("a", PROMPT, "c", "r"), ("b", PROMPT, "c", "r"), ("c", "other text here", "c", "r")])
+    assert check_near_duplicates(pairs).status == "fail"
+    relaxed = check_near_duplicates(pairs, max_share=0.5)
+    assert relaxed.status == "pass" and relaxed.threshold == 0.5 and relaxed.offending == ("b",)
+    assert check_near_duplicates(frame([])).status == "skip"
+    assert check_near_duplicates(pl.DataFrame({"id": ["a"], "prompt": ["p"]}), scope="pair").status == "skip"
+    with pytest.raises(ValueError):
+        check_near_duplicates(pairs, scope="response")
+
+
+def test_flagged_exactly_when_shingle_jaccard_reaches_threshold():
+    """Against exact Jaccard on 1,500 random pairs edited by 1-6 words: every flagged pair is >= 0.8
+    (verification is exact) and every pair >= 0.8 is found (LSH recall; deterministic seeds)."""
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i}x{'y' * (i % 5)}" for i in range(3000)]
+    n = 1500
+    words = rng.integers(0, len(vocab), size=(n, 30))
+    edited = words.copy()
+    for i, k in enumerate(rng.integers(1, 7, size=n)):
+        pos = rng.choice(30, size=k, replace=False)
+        edited[i, pos] = rng.integers(0, len(vocab), size=k)
+    base = [" ".join(vocab[j] for j in row) for row in words]
+    other = [" ".join(vocab[j] for j in row) for row in edited]
+    found = find_near_duplicates(pl.Series(base + other))
+    flagged_pair = found.cluster[n:] == np.arange(n)
+    exact = np.array([jaccard(a, b) for a, b in zip(base, other)])
+    assert (exact >= 0.8).sum() > 200 and (exact < 0.8).sum() > 200  # both sides are exercised
+    assert not flagged_pair[exact < 0.8].any()
+    assert flagged_pair[exact >= 0.8].all()
+
+
+# ----------------------------------------------------------------------------------------------
+# synthetic ground truth
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return make_synthetic_pairs(20_000, seed=3)
+
+
+def test_synthetic_generator_ground_truth(synthetic):
+    pairs, truth = synthetic
+    assert pairs.columns == [
+        "id", "pair_id", "prompt_id", "prompt", "chosen", "rejected", "category", "split"
+    ]
+    assert pairs["id"].n_unique() == pairs.height == 20_000
+    assert pairs["id"][0] == "p0000001"
+    lists = [set(v) for v in truth.values()]
+    assert all(len(s) == 200 for s in lists)
+    assert len(set().union(*lists)) == sum(len(s) for s in lists)  # disjoint
+    by_id = {r["id"]: r for r in pairs.iter_rows(named=True)}
+    # every near duplicate has an earlier prompt with shingle Jaccard >= 0.8 (the generator's own check,
+    # repeated). At most 2 of 29 words changed, so one of three word segments is unchanged: index them.
+    prompts = pairs["prompt"].to_list()
+    segments: dict[tuple[int, str], list[int]] = {}
+    for row, p in enumerate(prompts):
+        words = p.split(" ")
+        for k in range(3):
+            segments.setdefault((k, " ".join(words[9 * k : 9 * k + 9])), []).append(row)
+    for pid in truth["near_duplicates"]:
+        row = int(pid[1:]) - 1
+        words = prompts[row].split(" ")
+        earlier = {r for k in range(3) for r in segments[(k, " ".join(words[9 * k : 9 * k + 9]))] if r < row}
+        assert max(jaccard(prompts[row], prompts[r]) for r in earlier) >= 0.8
+    for pid in truth["length_ratio"]:
+        c, r = len(by_id[pid]["chosen"]), len(by_id[pid]["rejected"])
+        assert max(c, r) > 2 * min(c, r)
+    for pid in truth["answer_leakage"]:
+        assert by_id[pid]["chosen"] in by_id[pid]["prompt"]
+
+
+def test_exact_check_on_synthetic_finds_exactly_the_injected_copies(synthetic):
+    pairs, truth = synthetic
+    result = check_exact_duplicates(pairs)
+    assert set(result.offending) == set(truth["exact_duplicates"])
+
+
+def test_near_check_on_synthetic_recall_and_no_false_positives(synthetic):
+    pairs, truth = synthetic
+    result = check_near_duplicates(pairs)
+    flagged = set(result.offending)
+    near, exact = set(truth["near_duplicates"]), set(truth["exact_duplicates"])
+    assert len(flagged & near) / len(near) >= 0.95
+    assert flagged & exact == exact
+    assert flagged - near - exact == set()  # no clean row flagged
+
+
+# ----------------------------------------------------------------------------------------------
+# real data: Anthropic HH-RLHF harmless-base test split
+
+ASSISTANT = "\n\nAssistant:"
+
+
+def hh_frame(path: Path) -> pl.DataFrame:
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            record = json.loads(line)
+            chosen, rejected = record["chosen"], record["rejected"]
+            cut = os.path.commonprefix([chosen, rejected]).rfind(ASSISTANT)
+            if cut < 0:
+                continue
+            end = cut + len(ASSISTANT)
+            rows.append((f"hh{i:05d}", chosen[:end], chosen[end:], rejected[end:]))
+    return frame(rows)
+
+
+def test_real_hh_rlhf_near_duplicates_cover_exact_duplicates(shared_data):
+    pairs = hh_frame(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
+    assert pairs.height > 2000
+    prompts = pairs["prompt"].to_list()
+
+    # the plain-Python reference: rows whose normalised prompt was seen before, and where first seen
+    first_seen: dict[str, int] = {}
+    repeats = {}
+    for i, p in enumerate(prompts):
+        key = normalise_text(p)
+        if key in first_seen:
+            repeats[i] = first_seen[key]
+        else:
+            first_seen[key] = i
+    assert repeats, "the harmless test split has repeated prompts"
+
+    exact = check_exact_duplicates(pairs)
+    assert exact.details["n_duplicate_prompts"] == len(repeats)
+
+    found = find_near_duplicates(pairs["prompt"])
+    for row, first in repeats.items():
+        assert found.flagged[row]
+        assert found.cluster[row] == found.cluster[first]
+    result = check_near_duplicates(pairs, scope="prompt")
+    assert set(result.offending) >= set(pairs["id"].gather(list(repeats)).to_list())
+    assert result.details["n_clusters"] >= 1
