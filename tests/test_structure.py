@@ -383,7 +383,7 @@ def test_sft_subset_from_the_store_passes_and_a_tenth_fails(hh):
 def test_sft_subset_absent_is_a_failure_not_a_skip():
     pairs = pairs_of(("a", "b"))
     result = check_sft_subset(pairs, None)
-    assert result.status == "fail" and result.metric == 0.0 and "sft_subset" in result.message
+    assert result.status == "fail" and result.metric == 0.0 and "SFT subset" in result.message
     wrong = check_sft_subset(pairs, pl.DataFrame({"id": ["r0"], "prompt": ["p"], "text": ["a"]}))
     assert wrong.status == "fail" and "completion" in wrong.message
 
