@@ -87,20 +87,41 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
         if check_id not in registry:
             raise UnusableInput(f"{path}: unknown check {check_id!r}; known: {', '.join(registry)}")
         params = params or {}
-        allowed = _parameters(registry[check_id][0]) | {"waive"}
-        bad = set(params) - allowed
+        defaults = _parameters(registry[check_id][0])
+        bad = set(params) - set(defaults) - {"waive"}
         if bad:
             raise UnusableInput(f"{path}: check {check_id!r} has no parameter {', '.join(sorted(bad))}; "
-                                f"it takes {', '.join(sorted(allowed))}")
+                                f"it takes {', '.join(sorted(defaults))} (or waive)")
+        for name, value in params.items():
+            _check_type(path, check_id, name, value, defaults.get(name))
         config["checks"][check_id] = {**config["checks"].get(check_id, {}), **params}
     if "strict" in user:
         config["strict"] = bool(user["strict"])
     return config
 
 
-def _parameters(function: Callable[..., Any]) -> set[str]:
-    """The tunable parameters of a check: those with defaults."""
-    return {n for n, p in inspect.signature(function).parameters.items() if p.default is not inspect.Parameter.empty}
+def _parameters(function: Callable[..., Any]) -> dict[str, Any]:
+    """The tunable parameters of a check (those with defaults), with their defaults."""
+    return {n: p.default for n, p in inspect.signature(function).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _check_type(path: Any, check_id: str, name: str, value: Any, default: Any) -> None:
+    """A YAML value must have the type of the parameter's default, so typos fail at load time."""
+    where = f"{path}: {check_id}.{name}"
+    if name == "waive":
+        if not isinstance(value, str) or not value.strip():
+            raise UnusableInput(f"{where} must be the reason, as text")
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UnusableInput(f"{where} must be true or false, got {value!r}")
+    elif isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UnusableInput(f"{where} must be a number, got {value!r}")
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise UnusableInput(f"{where} must be text, got {value!r}")
+    elif isinstance(default, (tuple, list)) and not isinstance(value, list):
+        raise UnusableInput(f"{where} must be a list, got {value!r}")
 
 
 def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,

@@ -68,7 +68,9 @@ def import_cmd(
 
     if (name is None) == (out is None):
         raise UnusableInput("give exactly one of --name NAME (store a draft version) or --out FILE (write rows)")
-    guidelines = _read_card(card)
+    from prefdata.gate import read_text
+
+    guidelines = read_text(card)
     result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track)
     summary = result.summary()
     if out is not None:
@@ -89,15 +91,6 @@ def import_cmd(
     _write_json(json_path, summary)
     _print_import(summary)
     return 0
-
-
-def _read_card(card: Path | None) -> str | None:
-    if card is None:
-        return None
-    try:
-        return card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"{card}: cannot read the guideline document ({exc})") from None
 
 
 def _print_import(summary: dict) -> None:
@@ -236,6 +229,33 @@ def check(
     for kind, path in outcome.reports.items():
         _console().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
+
+
+@app.command("filter")
+def filter_cmd(
+    ref: Annotated[str, typer.Argument(help="NAME@VERSION to filter.")],
+    drop: Annotated[str, typer.Option(help="Comma-separated row-level checks whose offending rows are removed.")]
+    = "exact_duplicates,near_duplicates,length_ratio,degenerate_pairs",
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    name: Annotated[Optional[str], typer.Option(help="Name of the new version [default: the same name].")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the filter summary here.")] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Remove the rows that row-level checks flag; write them to quarantine in a new draft version."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.filtering import filter_version
+    from prefdata.store import Store
+
+    child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
+                                   load_config(config), name)
+    summary = {**counts, "version": child.ref, "parent": child.manifest["lineage"]["parent"]}
+    _write_json(json_path, summary)
+    console = _console()
+    console.print(f"read {counts['read']} = kept {counts['kept']} + quarantined {counts['quarantined']}")
+    for reason, n in counts["reasons"].items():
+        console.print(f"  quarantined: {n} {reason}")
+    console.print(f"version: {child.ref} (draft, parent {summary['parent']})")
+    return 0
 
 
 @app.command()

@@ -47,7 +47,7 @@ def read_prompts(path: str | Path) -> pl.Series:
     return pl.Series("prompt", prompts, dtype=pl.String)
 
 
-def _read_text(path: Path | None) -> str | None:
+def read_text(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
@@ -78,7 +78,7 @@ def load_inputs(
     inputs = CheckInputs(
         pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
-        card_text=_read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
+        card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
     )
     if scorer:
         from prefdata.scoring import verdicts_for

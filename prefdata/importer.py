@@ -259,20 +259,7 @@ def import_file(
 
 
 def version_tables(result: ImportResult) -> dict[str, dict[str, pl.DataFrame]]:
-    """The tables a store version holds, pairs split by their `split` column (default: train)."""
-    from prefdata.store import sft_subset
+    """The tables a store version of this import holds."""
+    from prefdata.store import tables_for
 
-    pairs = result.pairs
-    if "split" in pairs.columns:
-        pairs = pairs.with_columns(pl.col("split").fill_null("train"))
-        splits = {s: pairs.filter(pl.col("split") == s) for s in sorted(pairs["split"].unique())}
-    else:
-        splits = {"train": pairs}
-    tables = {"default": splits}
-    if "train" in splits:
-        tables["sft"] = {"train": sft_subset(splits["train"])}
-    if result.comparisons is not None:
-        tables["comparisons"] = {"train": result.comparisons}
-    if result.votes is not None:
-        tables["votes"] = {"train": result.votes}
-    return tables
+    return tables_for(result.pairs, result.comparisons, result.votes)

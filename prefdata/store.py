@@ -82,6 +82,25 @@ def sft_subset(pairs: pl.DataFrame) -> pl.DataFrame:
     return pairs.select("id", "prompt", pl.col("chosen").alias("completion"))
 
 
+def tables_for(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None,
+               votes: pl.DataFrame | None = None) -> dict[str, dict[str, pl.DataFrame]]:
+    """The tables of a version: pairs split by their `split` column (default: train), the
+    chosen-only SFT subset of train, and comparisons and votes when there are any."""
+    if "split" in pairs.columns:
+        pairs = pairs.with_columns(pl.col("split").fill_null("train"))
+        splits = {s: pairs.filter(pl.col("split") == s) for s in sorted(pairs["split"].unique())}
+    else:
+        splits = {"train": pairs}
+    tables = {"default": splits}
+    if "train" in splits:
+        tables["sft"] = {"train": sft_subset(splits["train"])}
+    if comparisons is not None:
+        tables["comparisons"] = {"train": comparisons}
+    if votes is not None:
+        tables["votes"] = {"train": votes}
+    return tables
+
+
 @dataclass(frozen=True)
 class Version:
     name: str

@@ -1,0 +1,60 @@
+"""Remove the rows that row-level checks flag, as a new version whose parent is the old one.
+
+The seed's pipeline filters before it splits ("去重 + 长度过滤"): duplicates, length-ratio
+violations and degenerate pairs. Nothing is dropped silently: every removed row goes to the new
+version's quarantine with the check that flagged it, and rows in = rows kept + rows quarantined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from prefdata.errors import UnusableInput
+from prefdata.store import Store, Version, tables_for
+
+# Checks whose offenders are row ids (others list section titles or dimension names).
+ROW_CHECKS = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage",
+              "safety", "split_isolation")
+DEFAULT_DROP = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs")
+
+
+def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP, config: dict[str, Any] | None = None,
+                   name: str | None = None) -> tuple[Version, dict[str, Any]]:
+    from prefdata.checks.checklist import load_config, run_checklist
+    from prefdata.gate import load_inputs
+
+    unknown = [c for c in drop if c not in ROW_CHECKS]
+    if unknown:
+        raise UnusableInput(f"cannot filter on {', '.join(unknown)}: use row-level checks ({', '.join(ROW_CHECKS)})")
+    parent = store.get(ref)
+    inputs, _ = load_inputs(parent.ref, store=store.url)
+    results = run_checklist(inputs, config or load_config(), only=list(drop))
+    reason_of: dict[str, str] = {}
+    for result in results:  # in checklist order; the first check that flags a row names its reason
+        if result.status == "error":
+            raise UnusableInput(f"check {result.id} could not run: {result.message}")
+        for row_id in result.offending:
+            reason_of.setdefault(row_id, result.id)
+    pairs = inputs.pairs
+    dropped = pairs["id"].is_in(list(reason_of))
+    quarantine = [
+        {"id": row["id"], "reason": f"check:{reason_of[row['id']]}", "detail": f"flagged by {reason_of[row['id']]}",
+         "row": None, "raw": row}
+        for row in pairs.filter(dropped).iter_rows(named=True)
+    ]
+    kept = pairs.filter(~dropped)
+    reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)
+    counts = {"read": pairs.height, "kept": kept.height, "quarantined": len(quarantine), "pairs": kept.height,
+              "unresolved": {}, "reasons": dict(reasons.iter_rows()) if quarantine else {}, "format": "filtered"}
+    assert counts["read"] == counts["kept"] + counts["quarantined"], "filter counts do not reconcile"
+    lineage = {
+        "parent": parent.ref,
+        "sources": parent.manifest["lineage"].get("sources", []),
+        "flow_run": None,
+        "components": {**parent.manifest["lineage"].get("components", {}), "filter": {"drop": list(drop)}},
+    }
+    child = store.create(name or parent.name, tables_for(kept, inputs.comparisons, inputs.votes),
+                         quarantine=quarantine, counts=counts, lineage=lineage, guidelines=inputs.card_text)
+    return child, counts
