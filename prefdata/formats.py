@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefdata.records import OPTIONAL_COLUMNS, pair_id, prompt_id
+from prefdata.records import OPTIONAL_COLUMNS, pair_id_for, prompt_id
 
 FORMATS = ("auto", "trl", "trl-chat", "hh-rlhf", "comparisons")
 HH_ASSISTANT = "\n\nAssistant:"
@@ -106,7 +106,7 @@ def _pick(columns: set[str] | Mapping[str, Any], names: tuple[str, ...]) -> str 
 
 def _text(row: Mapping[str, Any], name: str, column: str | None = None, allow_empty: bool = False) -> str:
     value = row.get(column or name)
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: pandas' missing
         raise RowRejected(f"missing_field:{name}")
     if isinstance(value, (bool, int, float)):
         # A scalar is text that a JSON export typed (PandaLM has `true` for the answer "True");
@@ -147,8 +147,8 @@ def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
 def _pair(row: Mapping[str, Any], prompt: str, chosen: str, rejected: str, extra: dict | None = None) -> Converted:
     if chosen == rejected:
         raise RowRejected("identical_responses", "chosen is identical to rejected")
-    pid = pair_id(prompt, chosen, rejected)
-    record = {"id": _source_id(row), "pair_id": pid, "prompt_id": prompt_id(prompt),
+    key = prompt_id(prompt)
+    record = {"id": _source_id(row), "pair_id": pair_id_for(key, chosen, rejected), "prompt_id": key,
               "prompt": prompt, "chosen": chosen, "rejected": rejected}
     record.update(_optional(row))
     record.update(extra or {})
@@ -171,16 +171,25 @@ def _response(row: Mapping[str, Any], name: str, column: str | None = None) -> s
     return _text(row, name, column, allow_empty=True)
 
 
+def _common_prefix_length(a: str, b: str) -> int:
+    """Binary search on slice equality: each probe is one C-level compare, not a Python loop."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def split_hh(chosen: str, rejected: str) -> tuple[str, str, str]:
     """Prompt = both transcripts' common prefix, cut after its last "\\n\\nAssistant:".
 
     Cutting at the last marker of the *common* prefix (not of each transcript) keeps responses
     that themselves contain "Assistant:" whole; 5 rows of the HH harmless test split do.
     """
-    limit = min(len(chosen), len(rejected))
-    common = 0
-    while common < limit and chosen[common] == rejected[common]:
-        common += 1
+    common = _common_prefix_length(chosen, rejected)
     cut = chosen.rfind(HH_ASSISTANT, 0, common)
     if cut < 0 or cut + len(HH_ASSISTANT) > common:
         raise RowRejected("hh_no_shared_prompt", "the transcripts share no prefix ending in '\\n\\nAssistant:'")
@@ -263,8 +272,8 @@ def from_comparison(row: Mapping[str, Any]) -> Converted:
             votes.append((column, vote))
     label_column = _pick(row, LABEL_COLUMNS)
     label = parse_vote(row[label_column]) if label_column else None
-    pid = pair_id(prompt, response_a, response_b)
-    record = {"id": _source_id(row), "pair_id": pid, "prompt_id": prompt_id(prompt),
+    key = prompt_id(prompt)
+    record = {"id": _source_id(row), "pair_id": pair_id_for(key, response_a, response_b), "prompt_id": key,
               "prompt": prompt, "response_a": response_a, "response_b": response_b, "label": label}
     record.update(_optional(row))
     return Converted("comparison", record, votes)

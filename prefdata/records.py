@@ -17,7 +17,6 @@ Re-importing the same data never mints new ids.
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 
 PAIR_COLUMNS = ("id", "pair_id", "prompt_id", "prompt", "chosen", "rejected")
@@ -39,12 +38,9 @@ OPTIONAL_COLUMNS = (
     "score_rejected",
 )
 
-_WS = re.compile(r"\s+")
-
-
 def normalise_text(text: str) -> str:
     """Case-, whitespace- and unicode-insensitive form used for ids and exact-duplicate checks."""
-    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip().casefold()
+    return " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
 
 
 def _digest(*parts: str) -> str:
@@ -61,5 +57,10 @@ def prompt_id(prompt: str) -> str:
 
 
 def pair_id(prompt: str, response_1: str, response_2: str) -> str:
+    return pair_id_for(prompt_id(prompt), response_1, response_2)
+
+
+def pair_id_for(prompt_key: str, response_1: str, response_2: str) -> str:
+    """pair_id from an already computed prompt_id."""
     first, second = sorted((response_1, response_2))
-    return _digest(prompt_id(prompt), first, second)
+    return _digest(prompt_key, first, second)
