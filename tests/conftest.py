@@ -25,3 +25,47 @@ def store_root(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "store"
     monkeypatch.setenv("PREFDATA_STORE", str(root))
     return root
+
+
+# -- tiny models and a real `transformers serve` (sampling, judging, routing tests) ---------------
+# Random-init models built here, never downloaded: they produce gibberish, which is exactly what
+# the protocol tests need (an LLM judge that cannot follow the format must yield undecided verdicts).
+
+import sys  # noqa: E402
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """A ~0.3M-parameter char-level LlamaForCausalLM with its tokenizer (and a chat template), saved
+    with save_pretrained."""
+    from bench.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model(tmp_path_factory) -> Path:
+    """A random LlamaForSequenceClassification with one output (a reward model's shape)."""
+    from bench.tiny_models import build_tiny_reward_model
+
+    return build_tiny_reward_model(tmp_path_factory.mktemp("tiny-rm") / "model")
+
+
+@pytest.fixture(scope="session")
+def transformers_serve(tmp_path_factory):
+    """A real `transformers serve` on 127.0.0.1 (free port, CPU, offline), for the whole session,
+    stopped by its own pid at the end. Models load on demand: pass a local path as `model`."""
+    from bench.local_serve import TransformersServe
+
+    # One torch thread in the server: on a shared machine torch's default (one per core) spin-waits
+    # against other processes and every request gets several times slower.
+    server = TransformersServe(tmp_path_factory.mktemp("serve") / "serve.log", extra_env={"OMP_NUM_THREADS": "1"})
+    try:
+        server.start()
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    yield server
+    server.stop()
