@@ -27,7 +27,8 @@ StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or 
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    # markup off: paths, names and messages come from users' data and may hold "[...]"
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
 
 
 def _track(items, description: str, total: int):
@@ -86,6 +87,7 @@ def import_cmd(
             guidelines=guidelines,
         )
         summary["version"] = version.ref
+        summary["status"] = version.status  # the same content imported again keeps its status
         summary["store"] = st.url
         summary["quarantine_file"] = f"{st.path(version.ref)}/quarantine.jsonl" if result.quarantine else None
     _write_json(json_path, summary)
@@ -108,7 +110,7 @@ def _print_import(summary: dict) -> None:
     if summary.get("quarantine_file"):
         console.print(f"quarantine: {summary['quarantine_file']}")
     if "version" in summary:
-        console.print(f"version: {summary['version']} (draft)")
+        console.print(f"version: {summary['version']} ({summary['status']})")
 
 
 @app.command()
@@ -141,7 +143,7 @@ def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the 
         print(json.dumps(m, indent=2, ensure_ascii=False))
         return 0
     console = _console()
-    console.print(f"[bold]{v.ref}[/bold]  status: {m['status']}  created: {m['created_at']}")
+    console.print(f"{v.ref}  status: {m['status']}  created: {m['created_at']}")
     for config, splits in m["counts"]["rows"].items():
         console.print(f"  {config}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
     counts = m["counts"]
@@ -194,9 +196,11 @@ def _print_results(results, passed: bool) -> None:
         metric = "-" if r.metric is None else f"{r.metric:.4g}"
         threshold = "-" if r.threshold is None else f"{r.threshold:.4g}"
         message = r.message if len(r.message) <= 110 else r.message[:107] + "..."
+        from rich.markup import escape
+
         console.print(f"[{colour[r.status]}]{r.status.upper():5}[/] {r.id:24} {metric:>8} / {threshold:<8} "
-                      f"offending {r.n_offending:<6} {message}", markup=True, highlight=False)
-    console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]")
+                      f"offending {r.n_offending:<6} {escape(message)}", markup=True)
+    console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]", markup=True)
 
 
 @app.command()
