@@ -523,6 +523,7 @@ _PAD = 8
 _POLY = _U(0xD6E8FEB86659FD93)
 _TABLE_BITS = 22
 _CHUNK_BYTES = 1 << 20
+_BLOCK_BYTES = 1 << 25  # text converted to Arrow buffers at a time (whole chunks)
 
 
 def _inverse64(a: int) -> int:
@@ -677,29 +678,71 @@ def word_ngram_overlap(
         raise ValueError("n must be >= 1")
     if len(prompts) != len(responses):
         raise ValueError("prompts and responses differ in length")
-    rows = len(prompts)
-    if rows == 0:
+    if len(prompts) == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
-    pbuf, rbuf = _utf8_buffer(prompts), _utf8_buffer(responses)
-    cum = (pbuf[1][1:] - pbuf[1][0]) + (rbuf[1][1:] - rbuf[1][0])
+    prompts, responses = prompts.cast(pl.String).fill_null(""), responses.cast(pl.String).fill_null("")
+    return _overlap_in_blocks(lambda a, b: (prompts.slice(a, b - a), responses.slice(a, b - a)),
+                              _len_bytes(prompts) + _len_bytes(responses), n, threads)
+
+
+def _len_bytes(texts: pl.Series) -> np.ndarray:
+    return texts.str.len_bytes().fill_null(0).cast(pl.Int64).to_numpy()
+
+
+def _row_blocks(row_bytes: np.ndarray, block_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive row ranges [a, b) of about `block_bytes` (default _BLOCK_BYTES) bytes of text."""
+    if row_bytes.size == 0:
+        return []
+    cum = np.cumsum(row_bytes + 1)
+    step = block_bytes or _BLOCK_BYTES
+    cuts = np.searchsorted(cum, np.arange(step, int(cum[-1]), step, dtype=np.int64), "right")
+    edges = np.unique(np.concatenate([[0], cuts, [row_bytes.size]]))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _overlap_in_blocks(
+    texts: Callable[[int, int], tuple[pl.Series, pl.Series]], row_bytes: np.ndarray, n: int, threads: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`word_ngram_overlap` of the (prompt, response) texts of rows a..b-1 given by `texts(a, b)`,
+    whose UTF-8 sizes together are `row_bytes` per row. Rows are hashed in chunks of about
+    _CHUNK_BYTES; their Arrow buffers are made a block of about _BLOCK_BYTES (whole chunks) at a
+    time, so the columns are never copied whole. A chunk's result depends only on its rows' bytes,
+    so the blocks change nothing."""
+    rows = row_bytes.size
+    cum = np.cumsum(row_bytes)
     cuts = np.searchsorted(cum, np.arange(_CHUNK_BYTES, int(cum[-1]), _CHUNK_BYTES), "right")
     edges = np.unique(np.concatenate([[0], cuts, [rows]]))
     bounds = [(int(x), int(y)) for x, y in zip(edges[:-1], edges[1:]) if y > x]
+    blocks: list[list[tuple[int, int]]] = [[]]
+    block_start = 0
+    for a, b in bounds:
+        if blocks[-1] and int(cum[b - 1]) - block_start > _BLOCK_BYTES:
+            blocks.append([])
+            block_start = int(cum[a - 1])
+        blocks[-1].append((a, b))
     local = threading.local()
-
-    def run(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ws = getattr(local, "ws", None)
-        if ws is None:
-            ws = local.ws = _Scratch()
-        return _overlap_chunk(ws, pbuf, rbuf, ab[0], ab[1], n)
-
     threads = min(2, os.cpu_count() or 1) if threads is None else max(1, int(threads))
-    if threads > 1 and len(bounds) > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(run, bounds))
-    else:
-        parts = [run(ab) for ab in bounds]
+    pool = ThreadPoolExecutor(threads) if threads > 1 and len(bounds) > 1 else None
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    try:
+        for chunks in blocks:
+            start, stop = chunks[0][0], chunks[-1][1]
+            prompt_block, response_block = texts(start, stop)
+            pbuf, rbuf = _utf8_buffer(prompt_block), _utf8_buffer(response_block)
+            del prompt_block, response_block
+
+            def run(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ws = getattr(local, "ws", None)
+                if ws is None:
+                    ws = local.ws = _Scratch()
+                return _overlap_chunk(ws, pbuf, rbuf, ab[0] - start, ab[1] - start, n)
+
+            parts.extend(pool.map(run, chunks) if pool else map(run, chunks))
+            del pbuf, rbuf
+    finally:
+        if pool:
+            pool.shutdown()
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
 
 
@@ -740,24 +783,39 @@ def check_answer_leakage(
 
     n = pairs.height
     prompt = pairs["prompt"].cast(pl.String).fill_null("")
+    prompt_bytes = _len_bytes(prompt)
     row_flag = np.zeros(n, dtype=bool)
     by_target: dict[str, dict[str, int]] = {}
     max_share_seen = 0.0
     for target in targets:
-        text = pairs[target].cast(pl.String).fill_null("").str.strip_chars()
-        frame = pl.DataFrame({"p": prompt, "t": text})
-        long_enough = (text.str.len_chars() >= min_chars).to_numpy()
-        verbatim = frame.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
-        verbatim &= long_enough
-        hits, grams, words = word_ngram_overlap(prompt, text, ngram)
+        column = pairs[target].cast(pl.String).fill_null("")
+
+        def answer(a: int, b: int) -> pl.Series:
+            return column.slice(a, b - a).str.strip_chars()
+
+        # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
+        # copies the n-gram overlap reads) are never made for the whole column at once
+        blocks = _row_blocks(prompt_bytes + _len_bytes(column))
+        text_bytes = np.concatenate([_len_bytes(answer(a, b)) for a, b in blocks])
+        hits, grams, words = _overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
+                                                prompt_bytes + text_bytes, ngram, None)
+        del text_bytes
         share = np.divide(hits, grams, out=np.zeros(n), where=grams > 0)
         overlap = (grams > 0) & (share > max_overlap)
-        short = long_enough & (words < ngram) & ~verbatim
+        verbatim = np.zeros(n, dtype=bool)
         short_hit = np.zeros(n, dtype=bool)
-        if short.any():
-            rows = np.flatnonzero(short)
-            sub = frame[rows].select(_normalised(pl.col("p")).alias("p"), _normalised(pl.col("t")).alias("t"))
-            short_hit[rows] = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
+        for a, b in blocks:
+            text = answer(a, b)
+            frame = pl.DataFrame({"p": prompt.slice(a, b - a), "t": text})
+            long_enough = (text.str.len_chars() >= min_chars).to_numpy()
+            found = frame.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
+            verbatim[a:b] = found & long_enough
+            short = long_enough & (words[a:b] < ngram) & ~verbatim[a:b]
+            if short.any():
+                rows = np.flatnonzero(short)
+                sub = frame[rows].select(_normalised(pl.col("p")).alias("p"), _normalised(pl.col("t")).alias("t"))
+                hit = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series()
+                short_hit[a + rows] = hit.to_numpy()
         flag = verbatim | overlap | short_hit
         row_flag |= flag
         max_share_seen = max(max_share_seen, float(share.max(initial=0.0)))

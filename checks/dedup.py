@@ -12,7 +12,11 @@ the normalised text, vectorised with numpy and polars so a million 200-character
 seconds, not minutes. The pipeline:
 
 1. Normalise; collapse exact duplicates (identical normalised text) to one representative, so LSH
-   runs on unique texts only and exact copies never form huge candidate buckets.
+   runs on unique texts only and exact copies never form huge candidate buckets. Texts are
+   normalised (and, for whole pairs, joined) a block of rows (BLOCK_BYTES) at a time and hashed
+   there (64-bit hash for exact duplicates, signatures below), so a normalised copy of a whole
+   column is never held; rows whose hashes match are compared on their real texts, and the few
+   texts verification needs are normalised again.
 2. Shingles: byte n-grams (default 5) of the UTF-8 normalised text. Character 5-grams rather than
    word 3-grams because prompts are short: a 200-character prompt has ~196 character 5-grams but
    only ~30 word 3-grams, so with word shingles one changed word moves the Jaccard by ~0.1 and a
@@ -52,7 +56,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import polars as pl
@@ -80,6 +84,8 @@ CHUNK_BYTES = 1 << 18
 CHUNK_TEXTS = 1 << 15
 # Candidate pairs verified per batch (bounds the verification's temporary arrays).
 VERIFY_BATCH = 20_000
+# Within a batch, bytes of text whose exact shingle sets are built at once (~60 bytes each).
+VERIFY_BYTES = 1 << 22
 MAX_SAMPLE_CLUSTERS = 20
 MAX_SAMPLE_MEMBERS = 20
 
@@ -111,20 +117,105 @@ def normalise_series(texts: pl.Series) -> pl.Series:
     return s.str.to_lowercase().str.replace_all(_WS_RUN, " ").str.strip_chars()
 
 
-def _first_occurrence(*columns: pl.Series, seed: int = 0) -> np.ndarray:
-    """For each row, the index of the first row whose texts are identical in every column (64-bit
-    hashes grouped, then the rows that share a hash compared for real; a collision falls back to
-    grouping on the texts themselves)."""
-    n = len(columns[0])
+def _hash_key(columns: Sequence[pl.Series], seed: int = 0) -> np.ndarray:
+    """One uint64 per row: each column's 64-bit polars hash (seed + i), combined by a struct hash
+    when there are several. A function of the row's values alone, so it can be computed in blocks."""
     hashes = pl.DataFrame({f"h{i}": c.hash(seed + i) for i, c in enumerate(columns)})
     combined = pl.struct(hashes.columns).hash(seed) if len(columns) > 1 else pl.col("h0")
-    key = hashes.select(combined).to_series()
+    return hashes.select(combined).to_series().to_numpy()
+
+
+def _first_by_key(key: np.ndarray) -> np.ndarray:
+    """For each row, the index of the first row with the same key."""
     frame = pl.DataFrame({"h": key}).with_row_index("i")
-    rep = frame.select(pl.col("i").min().over("h")).to_series().to_numpy().astype(np.int64)
-    rows = np.flatnonzero(rep != np.arange(n))
-    if rows.size and not all((c.gather(rows) == c.gather(rep[rows])).all() for c in columns):
-        frame = pl.DataFrame({f"t{i}": c for i, c in enumerate(columns)}).with_row_index("i")
-        rep = frame.select(pl.col("i").min().over(frame.columns[1:])).to_series().to_numpy().astype(np.int64)
+    return frame.select(pl.col("i").min().over("h")).to_series().to_numpy().astype(np.int64)
+
+
+def _first_by_text(columns: Sequence[pl.Series]) -> np.ndarray:
+    """For each row, the index of the first row whose texts are identical in every column."""
+    frame = pl.DataFrame({f"t{i}": c for i, c in enumerate(columns)}).with_row_index("i")
+    return frame.select(pl.col("i").min().over(frame.columns[1:])).to_series().to_numpy().astype(np.int64)
+
+
+# Raw text bytes normalised at a time: a whole column's normalised copy is never held at once.
+BLOCK_BYTES = 1 << 25
+# Rows compared per batch when hash-equal rows are checked for real.
+COMPARE_ROWS = 1 << 16
+
+
+def _row_blocks(columns: Sequence[pl.Series], block_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive row ranges [a, b) of about `block_bytes` bytes of text (all columns together)."""
+    n = len(columns[0])
+    if n == 0:
+        return []
+    size = np.ones(n, dtype=np.int64)
+    for c in columns:
+        size += c.str.len_bytes().fill_null(0).cast(pl.Int64).to_numpy()
+    cum = np.cumsum(size)
+    del size
+    step = block_bytes or BLOCK_BYTES
+    cuts = np.searchsorted(cum, np.arange(step, int(cum[-1]), step, dtype=np.int64), "right")
+    edges = np.unique(np.concatenate([[0], cuts, [n]]))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+class _Texts:
+    """The texts of some string columns, normalised (`normalise_series`) or only null-filled, made
+    on demand for a block or a selection of rows, so that a whole normalised copy of the columns is
+    never needed. `text` joins the columns with "\\n" (normalised text has no newlines, so the join is
+    unambiguous)."""
+
+    def __init__(self, columns: Sequence[pl.Series], normalise: bool = True):
+        self.columns = [c.cast(pl.String) for c in columns]
+        self.normalise = normalise
+        self.n = len(self.columns[0])
+
+    def _prepare(self, raw: list[pl.Series]) -> list[pl.Series]:
+        if not self.normalise:
+            return [c.fill_null("") for c in raw]
+        if len(raw) == 1:
+            return [normalise_series(raw[0])]
+        with ThreadPoolExecutor(len(raw)) as pool:  # polars releases the GIL: columns in parallel
+            return list(pool.map(normalise_series, raw))
+
+    def parts(self, rows: np.ndarray | tuple[int, int]) -> list[pl.Series]:
+        """The prepared columns at `rows`: an index array, or a (start, stop) range."""
+        if isinstance(rows, tuple):
+            return self._prepare([c.slice(rows[0], rows[1] - rows[0]) for c in self.columns])
+        return self._prepare([c.gather(rows) for c in self.columns])
+
+    def text(self, rows: np.ndarray | tuple[int, int]) -> pl.Series:
+        parts = self.parts(rows)
+        if len(parts) == 1:
+            return parts[0]
+        frame = pl.DataFrame({f"c{i}": c for i, c in enumerate(parts)})
+        return frame.select(pl.concat_str(frame.columns, separator="\n")).to_series()
+
+    def blocks(self) -> list[tuple[int, int]]:
+        return _row_blocks(self.columns)
+
+
+def _same_texts(texts: _Texts) -> Callable[[np.ndarray, np.ndarray], bool]:
+    """A `same` for `_first_occurrence_blocked`: rows equal their representatives in every column."""
+
+    def same(rows: np.ndarray, reps: np.ndarray) -> bool:
+        return all(bool((x == y).all()) for x, y in zip(texts.parts(rows), texts.parts(reps)))
+
+    return same
+
+
+def _first_occurrence_blocked(key: np.ndarray, same: Callable[[np.ndarray, np.ndarray], bool],
+                              everything: Callable[[], list[pl.Series]]) -> np.ndarray:
+    """For each row, the index of the first row whose texts are identical: rows are grouped on their
+    precomputed keys (`_hash_key`), then `same(rows, reps)` compares the texts of the rows that share
+    a key with an earlier row against that row (in batches of COMPARE_ROWS); on a hash collision,
+    `everything()` gives all the texts and rows are grouped on them directly."""
+    rep = _first_by_key(key)
+    rows = np.flatnonzero(rep != np.arange(rep.size))
+    for s0 in range(0, rows.size, COMPARE_ROWS):
+        batch = rows[s0 : s0 + COMPARE_ROWS]
+        if not same(batch, rep[batch]):
+            return _first_by_text(everything())
     return rep
 
 
@@ -156,16 +247,27 @@ def check_exact_duplicates(
     if pairs.height == 0:
         return skip(check_id, "no rows", max_share)
 
-    ids = pairs["id"].cast(pl.String)
-    p = normalise_series(pairs["prompt"])
-    c = normalise_series(pairs["chosen"])
-    r = normalise_series(pairs["rejected"])
+    # normalised in blocks: only 64-bit hashes of the texts are kept, and rows whose hashes match an
+    # earlier row's are compared again on their real texts
+    texts = _Texts([pairs["prompt"], pairs["chosen"], pairs["rejected"]])
+    prompt_key = np.empty(pairs.height, dtype=np.uint64)
+    pair_key = np.empty(pairs.height, dtype=np.uint64)
+    for a, b in texts.blocks():
+        p, c, r = texts.parts((a, b))
+        prompt_key[a:b] = _hash_key([p])
+        pair_key[a:b] = _hash_key([p, c, r])
+        del p, c, r
+
     rows = np.arange(pairs.height)
-    prompt_first = _first_occurrence(p)
-    dup_pair = _first_occurrence(p, c, r) != rows
+    everything = (0, pairs.height)
+    prompts = _Texts(texts.columns[:1])
+    prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts(everything))
+    del prompt_key
+    dup_pair = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything)) != rows
+    del pair_key
     dup_prompt = prompt_first != rows
     offending_mask = dup_pair | dup_prompt if fail_on_repeated_prompts else dup_pair
-    offending = tuple(ids.filter(pl.Series(offending_mask)).to_list())
+    offending = tuple(pairs["id"].cast(pl.String).filter(pl.Series(offending_mask)).to_list())
 
     n = pairs.height
     n_dup_pairs = int(dup_pair.sum())
@@ -391,11 +493,30 @@ def _shingle_sets(texts: pl.Series, ngram: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def _verify(
-    texts: pl.Series, a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
+    texts: Callable[[np.ndarray], pl.Series], a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the candidate pairs whose exact shingle-set Jaccard is >= threshold."""
+    """Keep the candidate pairs whose exact shingle-set Jaccard is >= threshold (`texts(docs)` gives
+    the texts of the documents `docs`). The shingle sets take ~60 bytes per text byte, so they are
+    built for consecutive runs of pairs of at most VERIFY_BYTES bytes of text at a time."""
     if a.size == 0:
         return a, b
+    docs, inverse = _dense_ids(np.concatenate([a, b]))
+    doc_texts = texts(docs)
+    la, lb = inverse[: a.size], inverse[a.size :]
+    length = doc_texts.str.len_bytes().cast(pl.Int64).to_numpy()
+    cum = np.cumsum(length[la] + length[lb] + 1)
+    cuts = np.searchsorted(cum, np.arange(VERIFY_BYTES, int(cum[-1]), VERIFY_BYTES, dtype=np.int64), "right")
+    edges = np.unique(np.concatenate([[0], cuts, [a.size]]))
+    keep = np.zeros(a.size, dtype=bool)
+    for e0, e1 in zip(edges[:-1], edges[1:]):
+        keep[e0:e1] = _jaccard_reaches(doc_texts, la[e0:e1], lb[e0:e1], ngram, threshold)
+    return a[keep], b[keep]
+
+
+def _jaccard_reaches(
+    texts: pl.Series, a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
+) -> np.ndarray:
+    """Per pair (texts[a], texts[b]): is the Jaccard of their shingle sets >= threshold?"""
     docs, inverse = _dense_ids(np.concatenate([a, b]))
     la, lb = inverse[: a.size], inverse[a.size :]
     keys, bounds, bits = _shingle_sets(texts.gather(docs), ngram)
@@ -415,7 +536,7 @@ def _verify(
         inter = np.bincount(pair, weights=keys[at] == query, minlength=pa.size)
         union = sizes[pa] + sizes[pb] - inter
         keep[s0 : s0 + VERIFY_BATCH] = inter >= threshold * union - 1e-9
-    return a[keep], b[keep]
+    return keep
 
 
 def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -515,7 +636,8 @@ def _band_edges(members: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np
 @dataclass(frozen=True)
 class NearDuplicates:
     """What `find_near_duplicates` found. `cluster[i]` is the row index of the first row of row i's
-    cluster (i itself when row i is a singleton or the first of its cluster)."""
+    cluster (i itself when row i is a singleton or the first of its cluster); `exact[i]` the index of
+    the first row whose normalised text is identical to row i's."""
 
     cluster: np.ndarray
     bands: int
@@ -523,6 +645,7 @@ class NearDuplicates:
     n_unique_texts: int
     n_candidate_pairs: int  # candidate pairs whose exact Jaccard was computed
     n_verified_pairs: int  # of those, pairs at or above the threshold
+    exact: np.ndarray | None = None
 
     @property
     def flagged(self) -> np.ndarray:
@@ -537,6 +660,20 @@ class NearDuplicates:
         frame = pl.DataFrame({"c": self.cluster[members], "i": members})
         grouped = frame.group_by("c", maintain_order=True).agg("i").sort("c")
         return [np.asarray(x, dtype=np.int64) for x in grouped["i"].to_list()]
+
+
+def _lsh_split(
+    threshold: float, num_perm: int, ngram: int, bands_rows: tuple[int, int] | None
+) -> tuple[int, int]:
+    """Check the detector's parameters; (bands, rows): `bands_rows`, else `lsh_params`."""
+    if not 2 <= ngram <= 7:
+        raise ValueError(f"ngram must be between 2 and 7 bytes, got {ngram}")
+    if num_perm < 1:
+        raise ValueError("num_perm must be >= 1")
+    bands, rows = bands_rows or lsh_params(threshold, num_perm)
+    if bands * rows > num_perm:
+        raise ValueError(f"bands x rows = {bands * rows} exceeds num_perm = {num_perm}")
+    return bands, rows
 
 
 def find_near_duplicates(
@@ -556,61 +693,96 @@ def find_near_duplicates(
     (bands, rows) LSH split, otherwise `lsh_params(threshold, num_perm)`. Exact duplicates (after
     normalisation) are always in one cluster.
     """
-    if not 2 <= ngram <= 7:
-        raise ValueError(f"ngram must be between 2 and 7 bytes, got {ngram}")
-    if num_perm < 1:
-        raise ValueError("num_perm must be >= 1")
-    bands, rows = bands_rows or lsh_params(threshold, num_perm)
-    if bands * rows > num_perm:
-        raise ValueError(f"bands x rows = {bands * rows} exceeds num_perm = {num_perm}")
+    bands, rows = _lsh_split(threshold, num_perm, ngram, bands_rows)
     series = texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts), dtype=pl.String)
-    series = series.cast(pl.String)
-    n = len(series)
-    if n == 0:
-        return NearDuplicates(np.zeros(0, np.int64), bands, rows, 0, 0, 0)
+    return _find_near_duplicates(
+        _Texts([series], normalise), threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed,
+        bands_rows=(bands, rows), n_threads=n_threads,
+    )
 
-    # 1. normalise and collapse exact duplicates: `u` = index of the row's unique text, in order of
-    # first occurrence, so the smallest unique index of a cluster belongs to its first row.
-    normal = normalise_series(series) if normalise else series.fill_null("")
-    rep = _first_occurrence(normal, seed=seed)
-    first_rows = np.nonzero(rep == np.arange(n))[0]
-    u_of_row = np.searchsorted(first_rows, rep)
-    m = first_rows.size
-    unique_texts = normal if m == n else normal.gather(first_rows)
-    del normal, rep
 
-    # 2-4. signatures and band keys, in chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads
-    data, offsets = _texts_buffer(unique_texts)
+def _chunk_bounds(offsets: np.ndarray) -> list[int]:
+    """Text boundaries of hashing chunks of at most CHUNK_BYTES bytes (or one text) and CHUNK_TEXTS texts."""
+    m = offsets.size - 1
     bounds = [0]
     while bounds[-1] < m:
         d0 = bounds[-1]
         d1 = int(np.searchsorted(offsets, offsets[d0] + CHUNK_BYTES, side="right")) - 1
         bounds.append(min(max(d1, d0 + 1), d0 + CHUNK_TEXTS, m))
-    densify = _Densifier(num_perm, seed)
-    band_keys = np.empty((bands, m), dtype=np.uint64)
+    return bounds
 
-    def work(i: int) -> None:
-        d0, d1 = bounds[i], bounds[i + 1]
-        sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
-        band_keys[:, d0:d1] = _band_keys(sig, bands, rows)
+
+def _find_near_duplicates(
+    texts: _Texts,
+    *,
+    threshold: float,
+    num_perm: int,
+    ngram: int,
+    seed: int,
+    bands_rows: tuple[int, int],
+    n_threads: int | None,
+) -> NearDuplicates:
+    """`find_near_duplicates` over `texts.text(...)` (one text per row). The texts are made and
+    hashed a block of rows at a time (`_Texts.blocks`), so at no point are all of them in memory:
+    only their 64-bit hashes and band keys are kept, and the few texts that verification needs are
+    made again."""
+    bands, rows = bands_rows
+    n = texts.n
+    if n == 0:
+        return NearDuplicates(np.zeros(0, np.int64), bands, rows, 0, 0, 0, np.zeros(0, np.int64))
 
     workers = n_threads or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
-        if pool:
-            list(pool.map(work, range(len(bounds) - 1)))
-            buckets = list(pool.map(_band_buckets, band_keys))
-        else:
-            for i in range(len(bounds) - 1):
-                work(i)
-            buckets = [_band_buckets(keys) for keys in band_keys]
+        # 1-4. per block of rows: the texts' 64-bit hashes (for exact duplicates) and their signatures
+        # and band keys, in chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads. Signatures
+        # are per text, so the blocks and chunks do not change them.
+        densify = _Densifier(num_perm, seed)
+        key = np.empty(n, dtype=np.uint64)
+        band_keys = np.empty((bands, n), dtype=np.uint64)
+        for a, b in texts.blocks():
+            block = texts.text((a, b))
+            key[a:b] = _hash_key([block], seed)
+            data, offsets = _texts_buffer(block)
+            del block
+            bounds = _chunk_bounds(offsets)
+
+            def work(i: int) -> None:
+                d0, d1 = bounds[i], bounds[i + 1]
+                sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
+                band_keys[:, a + d0 : a + d1] = _band_keys(sig, bands, rows)
+
+            if pool:
+                list(pool.map(work, range(len(bounds) - 1)))
+            else:
+                for i in range(len(bounds) - 1):
+                    work(i)
+            del data, offsets
+
+        # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
+        # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
+        exact = _first_occurrence_blocked(
+            key, lambda r, e: bool((texts.text(r) == texts.text(e)).all()), lambda: [texts.text((0, n))]
+        )
+        del key
+        first_rows = np.nonzero(exact == np.arange(n))[0]
+        u_of_row = np.searchsorted(first_rows, exact)
+        m = first_rows.size
+
+        def buckets_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return _band_buckets(keys if m == n else keys[first_rows])
+
+        buckets = list(pool.map(buckets_of, band_keys)) if pool else [buckets_of(k) for k in band_keys]
     finally:
         if pool:
             pool.shutdown()
-    del data, offsets, band_keys
+    del band_keys
 
     # 5. candidates, band by band and in batches; edges whose texts are already connected are
     # skipped, the rest verified by exact Jaccard; 6. verified edges are unioned into clusters.
+    def unique_texts(u: np.ndarray) -> pl.Series:
+        return texts.text(first_rows[u])
+
     uf = _UnionFind(m)
     n_checked = n_verified = 0
     for members, bucket in buckets:
@@ -626,7 +798,7 @@ def find_near_duplicates(
             n_verified += int(va.size)
             uf.union(va, vb)
     cluster = first_rows[uf.labels()[u_of_row]]
-    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified)
+    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact)
 
 
 def check_near_duplicates(
@@ -658,14 +830,11 @@ def check_near_duplicates(
     if pairs.height == 0:
         return skip(check_id, "no rows", max_share)
 
-    if scope == "prompt":
-        texts = normalise_series(pairs["prompt"])
-    else:  # normalised text has no newlines, so "\n" separates the three parts unambiguously
-        parts = pl.DataFrame({c: normalise_series(pairs[c]) for c in ("prompt", "chosen", "rejected")})
-        texts = parts.select(pl.concat_str(parts.columns, separator="\n")).to_series()
-        del parts
-    found = find_near_duplicates(
-        texts, threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed, normalise=False
+    # the normalised prompt, or prompt, chosen and rejected normalised and joined by "\n" (normalised
+    # text has no newlines, so it separates the three parts unambiguously); made a block at a time
+    found = _find_near_duplicates(
+        _Texts([pairs[c] for c in needed[1:]]), threshold=threshold, num_perm=num_perm, ngram=ngram,
+        seed=seed, bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None,
     )
     ids = pairs["id"].cast(pl.String)
     flagged = found.flagged

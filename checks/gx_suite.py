@@ -213,7 +213,7 @@ def _run(pairs: pl.DataFrame, *, max_length_ratio: float, max_text_chars: int, m
         context.add_data_docs_site(site_name="prefdata", site_config={
             "class_name": "SiteBuilder",
             "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": str(docs_dir)},
+                              "base_directory": str(Path(docs_dir).resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         })
         # Only our site: the ephemeral context's default site would write into a temp folder.

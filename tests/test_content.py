@@ -312,10 +312,12 @@ def _reference_overlap(prompt: str, response: str, n: int) -> tuple[int, int, in
     return sum(g in in_prompt for g in grams), len(grams), len(rw)
 
 
-@pytest.mark.parametrize("chunk_bytes", [None, 300])
-def test_word_ngram_overlap_matches_plain_python(monkeypatch, chunk_bytes):
+@pytest.mark.parametrize("chunk_bytes, block_bytes", [(None, None), (300, None), (300, 2000)])
+def test_word_ngram_overlap_matches_plain_python(monkeypatch, chunk_bytes, block_bytes):
     if chunk_bytes:  # many small chunks: rows and words meet chunk edges
         monkeypatch.setattr(content, "_CHUNK_BYTES", chunk_bytes)
+    if block_bytes:  # the Arrow buffers made a few chunks at a time
+        monkeypatch.setattr(content, "_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(7)
     vocab = ["the", "The", "cat", "sat", "on", "mat", "über", "naïve", "a.", "A.", "x" * 20, "x" * 19 + "y",
              "é" * 9, "42", "ÀB"]
@@ -424,6 +426,11 @@ def test_leakage_finds_injected_leaks_at_scale():
     result = check_answer_leakage(frame)
     assert list(result.offending) == [f"r{i}" for i in sorted(pasted[:200])]
     assert check_answer_leakage(frame, max_overlap=0.2).n_offending == 400
+    # rows are checked a block at a time: small blocks change nothing
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(content, "_BLOCK_BYTES", 50_000)
+        small = check_answer_leakage(frame)
+    assert (small.offending, small.metric, small.details) == (result.offending, result.metric, result.details)
 
 
 def test_leakage_on_hh_conversations(hh):

@@ -264,6 +264,40 @@ def test_exact_check_on_synthetic_finds_exactly_the_injected_copies(synthetic):
     assert set(result.offending) == set(truth["exact_duplicates"])
 
 
+def test_blocks_and_batches_change_nothing(synthetic, monkeypatch):
+    """Texts are normalised and hashed a block of rows at a time, hash-equal rows compared in batches
+    and verification split by bytes: tiny blocks and batches must give exactly the default results,
+    hash collisions included (they fall back to grouping on the texts)."""
+    from prefdata.checks import dedup
+    from prefdata.checks.isolation import check_split_isolation, split_train_eval
+
+    pairs = synthetic[0].head(3000)
+    variants = frame([("u0", "Ｈｅｌｌｏ\u3000Ｗｏｒｌｄ", " x ", "y"), ("u1", "hello   WORLD", "X", "Y"),
+                      ("u2", None, "", None)])
+    pairs = pl.concat([pairs.select(variants.columns), variants, pairs.head(50).select(variants.columns)])
+    every_fifth = pl.int_range(pl.len()) % 5 == 0
+    pairs = pairs.with_columns(split=pl.when(every_fifth).then(pl.lit("test")).otherwise(pl.lit("train")))
+
+    def run():
+        found = find_near_duplicates(pairs["prompt"])
+        out = [found.cluster.tolist(), found.exact.tolist(), found.n_candidate_pairs, found.n_verified_pairs]
+        for result in (check_exact_duplicates(pairs), check_near_duplicates(pairs),
+                       check_near_duplicates(pairs, scope="prompt"),
+                       check_split_isolation(*split_train_eval(pairs))):
+            out.append((result.status, result.metric, result.offending, result.details))
+        return out
+
+    expected = run()
+    assert expected[4][1] > 0 and expected[5][1] > 0  # duplicates are there to find
+    monkeypatch.setattr(dedup, "BLOCK_BYTES", 5_000)
+    monkeypatch.setattr(dedup, "COMPARE_ROWS", 3)
+    monkeypatch.setattr(dedup, "VERIFY_BYTES", 2_000)
+    assert run() == expected
+    real = dedup._hash_key
+    monkeypatch.setattr(dedup, "_hash_key", lambda columns, seed=0: real(columns, seed) & np.uint64(7))
+    assert run() == expected
+
+
 def test_near_check_on_synthetic_recall_and_no_false_positives(synthetic):
     pairs, truth = synthetic
     result = check_near_duplicates(pairs)
