@@ -1,0 +1,29 @@
+"""The embedded demo world: the whole pipeline in miniature, with no GPU and no hub.
+
+Two skills (tasks.py): 2-3 digit arithmetic, "347+058=" -> "0405", scored by an exact verifier; and
+string reversal, "rev:abcde=" -> "edcba", used only to measure the alignment tax. The SFT data drops
+the units carry in a `flaw_share` of carrying problems, so the SFT model (a ~0.9M-parameter Llama
+with a char-level tokenizer, trained from scratch on two CPU threads) leaves room that a verifier
+reward or preference pairs can fill and more SFT cannot. `build_world()` trains it once per config
+and caches it under .prefdata/world/<config key>/; the saved model and tokenizer load with the
+ordinary `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(path)`, so a real model can take
+its place by path. Simulated annotators (annotators.py) vote with a known accuracy; judge.py
+measures any pairwise judge against the verifier.
+
+Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.
+"""
+
+from prefdata.world.annotators import SimulatedAnnotator, annotator_pool, correct_vote, votes_frame
+from prefdata.world.build import WorldPaths, build_world, evaluate, heldout, sampling_prompts, sft_data
+from prefdata.world.config import WorldConfig
+from prefdata.world.judge import judge_agreement, model_judge
+from prefdata.world.model import general_accuracy, generate, task_accuracy
+from prefdata.world.tasks import Example, dropped_carry, verify, verify_reverse
+from prefdata.world.tokenizer import build_tokenizer
+
+__all__ = [
+    "Example", "SimulatedAnnotator", "WorldConfig", "WorldPaths", "annotator_pool", "build_tokenizer",
+    "build_world", "correct_vote", "dropped_carry", "evaluate", "general_accuracy", "generate", "heldout",
+    "judge_agreement", "model_judge", "sampling_prompts", "sft_data", "task_accuracy", "verify",
+    "verify_reverse", "votes_frame",
+]

@@ -1,0 +1,153 @@
+"""The world's SFT model: a small Llama trained from scratch, and batched greedy evaluation.
+
+Training is a plain loop (nanoGPT style): fixed steps, fixed seed, two threads, completion-only
+loss. Evaluation goes through `model.generate` on left-padded batches, the same path a real
+checkpoint loaded with `AutoModelForCausalLM.from_pretrained` takes, so any causal LM can be scored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from prefdata.world.config import WorldConfig
+from prefdata.world.tasks import Example, verify, verify_reverse
+
+TRAIN_THREADS = 2  # the same thread count everywhere, so every machine builds the same model
+
+
+def new_model(config: WorldConfig, tokenizer):
+    """A freshly initialised Llama; the same config always gives the same weights."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    llama = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=64,  # the longest world sequence is ~20 characters
+        tie_word_embeddings=True,  # at this size the embedding is a big share of the parameters
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(config.seed)
+    model = LlamaForCausalLM(llama)
+    model.generation_config = GenerationConfig(
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, do_sample=False,
+    )
+    return model
+
+
+def _encode(examples: list[Example], tokenizer) -> list[tuple[list[int], int]]:
+    """(ids, prompt length) per example: <bos> prompt completion <eos>."""
+    out = []
+    for ex in examples:
+        prompt = tokenizer(ex.prompt)["input_ids"]  # the post-processor adds <bos>
+        completion = tokenizer(ex.completion, add_special_tokens=False)["input_ids"]
+        out.append((prompt + completion + [tokenizer.eos_token_id], len(prompt)))
+    return out
+
+
+def _batch(encoded, pad_id: int):
+    """Right-padded ids, mask, and labels that score only the completion and its <eos>."""
+    import torch
+
+    width = max(len(ids) for ids, _ in encoded)
+    ids = torch.full((len(encoded), width), pad_id)
+    labels = torch.full((len(encoded), width), -100)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, (seq, n_prompt) in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        labels[row, n_prompt : len(seq)] = torch.tensor(seq[n_prompt:])
+    return ids, mask, labels
+
+
+def train(model, tokenizer, examples: list[Example], config: WorldConfig,
+          log: Callable[[int, float], None] | None = None) -> list[float]:
+    """Train in place for `config.steps` steps; returns the loss of every step."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    order = torch.Generator().manual_seed(config.seed)  # the only randomness in the loop: data order
+    encoded = _encode(examples, tokenizer)
+    # Decay matrices only; norm gains stay free (nanoGPT's split).
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=config.lr, betas=(0.9, 0.98),
+    )
+
+    def lr_at(step: int) -> float:  # linear warm-up, then cosine down to a tenth of the peak
+        if step < config.warmup_steps:
+            return config.lr * (step + 1) / config.warmup_steps
+        t = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+        return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    losses, perm, pos = [], torch.randperm(len(encoded), generator=order), 0
+    model.train()
+    try:
+        for step in range(config.steps):
+            if pos + config.batch_size > len(perm):  # a new epoch: reshuffle, drop the ragged tail
+                perm, pos = torch.randperm(len(encoded), generator=order), 0
+            ids, mask, labels = _batch([encoded[i] for i in perm[pos : pos + config.batch_size]], tokenizer.pad_token_id)
+            pos += config.batch_size
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            if log is not None:
+                log(step, losses[-1])
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    return losses
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 250) -> list[str]:
+    """Greedy completions, left-padded batches; decoded without special tokens."""
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # prompts must end at the same column
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out: list[str] = []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(prompts), batch_size):
+                enc = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True)
+                gen = model.generate(
+                    **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
+                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def _accuracy(model, tokenizer, prompts: list[str], check, max_new_tokens: int, batch_size: int) -> float:
+    if not prompts:
+        raise ValueError("no prompts to score")
+    completions = generate(model, tokenizer, prompts, max_new_tokens, batch_size)
+    return sum(check(p, c) for p, c in zip(prompts, completions)) / len(prompts)
+
+
+def task_accuracy(model, tokenizer, prompts: list[str], batch_size: int = 250) -> float:
+    """Share of arithmetic prompts answered exactly, greedy."""
+    return _accuracy(model, tokenizer, prompts, verify, 8, batch_size)
+
+
+def general_accuracy(model, tokenizer, prompts: list[str], batch_size: int = 250) -> float:
+    """Share of reverse prompts answered exactly, greedy: the alignment-tax meter."""
+    return _accuracy(model, tokenizer, prompts, verify_reverse, 10, batch_size)
