@@ -6,6 +6,7 @@ A scorer spec names where verdicts come from:
                   chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
   rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name)
   lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
+  judge:MODEL@URL an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.judging)
 
 Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
 checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
@@ -23,7 +24,7 @@ from prefdata.readers import read_rows
 
 ID_COLUMNS = ("id", "idx", "pair_id")
 VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "label", "winner", "vote", "result")
-SCORER_KINDS = ("verdicts", "rm", "lm")
+SCORER_KINDS = ("verdicts", "rm", "lm", "judge")
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -135,10 +136,28 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
     return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
 
 
+def judge_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """An LLM judge on a sample, chosen shown as A (the judge sees both orders, so that is fair);
+    undecided verdicts (inconsistent across orders, unparseable, failed) stay undecided."""
+    from prefdata.judging import PairToJudge, PairwiseLLMJudge
+
+    model, sep, base_url = target.rpartition("@")
+    if not sep or not model or not base_url.startswith("http"):
+        raise UnusableInput(f"judge scorer {target!r}: use judge:MODEL@http://HOST:PORT/v1")
+    sample = _sample(pairs, sample_size, seed)
+    items = [PairToJudge(p, c, r, pair_id=i) for i, p, c, r in sample.select("id", "prompt", "chosen", "rejected").iter_rows()]
+    verdicts = PairwiseLLMJudge(base_url, model).judge(items)
+    preferred = [{"a": "chosen", "b": "rejected", "tie": "tie"}.get(v.label) for v in verdicts]
+    return pl.DataFrame({"id": [v.pair_id for v in verdicts], "preferred": preferred},
+                        schema={"id": pl.String, "preferred": pl.String})
+
+
 def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:
     kind, target = parse_spec(spec)
     if kind == "verdicts":
         return verdicts_from_file(target, comparisons)
     if kind == "rm":
         return reward_model_verdicts(target, pairs, sample_size)
+    if kind == "judge":
+        return judge_verdicts(target, pairs, sample_size)
     return policy_logprob_verdicts(target, pairs, sample_size)

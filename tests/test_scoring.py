@@ -1,0 +1,55 @@
+"""Independent scorers for label_direction: a real judge's verdicts, reward models, policy log-probs."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from prefdata.checks.direction import check_label_direction
+from prefdata.errors import UnusableInput
+from prefdata.importer import import_file
+from prefdata.scoring import parse_spec, verdicts_for, verdicts_from_file
+
+PAIRS = pl.DataFrame({
+    "id": ["p1", "p2", "p3"],
+    "prompt": ["q: 12+30=", "q: 40+2=", "rev: abc="],
+    "chosen": ["42", "42", "cba"],
+    "rejected": ["41", "24", "abc"],
+})
+
+
+def test_gpt35_verdicts_agree_with_pandalm_humans_and_catch_flipped_labels(shared_data):
+    """GPT-3.5's published verdicts on PandaLM are a real independent judge of the same 999 rows."""
+    data = import_file(shared_data / "pandalm" / "testset-v1.json")
+    judge_file = shared_data / "pandalm" / "gpt-3.5-turbo-testset-v1.json"
+    result = check_label_direction(data.pairs, verdicts_from_file(judge_file, data.comparisons))
+    assert result.status == "pass" and 0.75 < result.metric < 0.9
+    assert result.details["n_undecided"] > 0  # unparseable judge replies stay undecided, not guessed
+
+    swap = {"a": "b", "b": "a"}
+    flipped = data.comparisons.with_columns(pl.col("label").replace(swap))
+    flipped_pairs = data.pairs.with_columns(chosen=pl.col("rejected"), rejected=pl.col("chosen"))
+    result = check_label_direction(flipped_pairs, verdicts_from_file(judge_file, flipped))
+    assert result.status == "fail" and result.message.startswith("labels look flipped")
+    assert pytest.approx(result.metric, abs=1e-9) == 1 - 0.8150765606595995
+
+
+@pytest.mark.parametrize("kind", ["rm", "lm"])
+def test_model_scorers_load_by_path_and_score_every_pair(kind, tiny_reward_model, tiny_llama):
+    path = tiny_reward_model if kind == "rm" else tiny_llama
+    verdicts = verdicts_for(f"{kind}:{path}", PAIRS)
+    assert verdicts["id"].to_list() == ["p1", "p2", "p3"]
+    assert set(verdicts["preferred"]) <= {"chosen", "rejected", "tie"}
+    scores = verdicts.select("score_chosen", "score_rejected").to_numpy()
+    assert scores.shape == (3, 2) and (scores == scores).all()  # finite numbers, no NaN
+    # the verdict follows the scores
+    expected = ["chosen" if c > r else "rejected" if r > c else "tie" for c, r in scores]
+    assert verdicts["preferred"].to_list() == expected
+
+
+def test_bad_scorer_specs():
+    for spec in ("oracle:x", "rm", "judge:"):
+        with pytest.raises(UnusableInput):
+            parse_spec(spec)
+    with pytest.raises(UnusableInput, match="judge:MODEL@http"):
+        verdicts_for("judge:no-url", PAIRS)
