@@ -303,6 +303,42 @@ def publish(
     return 0
 
 
+world_app = typer.Typer(help="The embedded demo world: a tiny SFT model and its tasks, built locally.",
+                        no_args_is_help=True)
+app.add_typer(world_app, name="world")
+
+
+@world_app.command("build")
+def world_build(
+    steps: Annotated[Optional[int], typer.Option(help="Training steps [default: the world config's].")] = None,
+    cache: Annotated[Optional[Path], typer.Option(help="Cache folder [default: $PREFDATA_WORLD or .prefdata/world].")] = None,
+) -> int:
+    """Build (or reuse) the demo world's SFT model and print its held-out accuracies."""
+    from dataclasses import replace
+
+    from prefdata.world import WorldConfig, build_world
+
+    try:
+        config = WorldConfig() if steps is None else replace(WorldConfig(), steps=steps)
+    except ValueError as exc:  # the config's own validation names both values
+        raise UnusableInput(f"--steps: {exc}") from None
+    console = _console()
+    paths = build_world(config, cache, log=console.print)
+    info = paths.info()
+    console.print(f"model: {paths.sft} ({'reused' if paths.reused else 'built'})")
+    console.print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
+    return 0
+
+
+@world_app.command("eval")
+def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (from_pretrained path).")]) -> int:
+    """Held-out task and general-skill accuracy of any model on the demo world's prompts."""
+    from prefdata.world import evaluate
+
+    _console().print(json.dumps(evaluate(model), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     import click
 

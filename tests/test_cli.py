@@ -77,6 +77,7 @@ def test_import_out_writes_rows_and_quarantine(tmp_path):
         (["import", "{src}", "--name", "../up"], "not allowed"),
         (["import", "{src}"], "exactly one of --name"),
         (["show", "nothing@abcd"], "no dataset named"),
+        (["world", "build", "--steps", "30"], "warmup_steps (100) must be in [0, steps (30))"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, needle):
