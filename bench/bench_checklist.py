@@ -29,24 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.memory import reset_peak, status_mb  # noqa: E402
+
 FAULT_CHECKS = {"exact_duplicates": "exact_duplicates", "near_duplicates": "near_duplicates",
                 "length_ratio": "length_ratio", "answer_leakage": "answer_leakage"}
-
-
-def _status_mb(field: str) -> float | None:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return None
-
-
-def _reset_peak() -> bool:
-    """Reset the process's peak RSS (Linux: write 5 to /proc/self/clear_refs)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def one_size(n: int) -> dict:
@@ -75,9 +61,9 @@ def one_size(n: int) -> dict:
     import gc
 
     gc.collect()
-    rss_before = _status_mb("VmRSS")
-    reset = _reset_peak()  # so the peak below is the checks' own, with the data loaded
-    overall_peak = round(_status_mb("VmHWM") or 0)
+    rss_before = status_mb("VmRSS")
+    reset = reset_peak()  # so the peak below is the checks' own, with the data loaded
+    overall_peak = round(status_mb("VmHWM") or 0)
     seconds: dict[str, float] = {}
     check_peaks: dict[str, int] = {}
     results = {}
@@ -86,13 +72,13 @@ def one_size(n: int) -> dict:
             continue
         gc.collect()
         if reset:
-            _reset_peak()  # this check's own peak, measured from here
+            reset_peak()  # this check's own peak, measured from here
         started = time.perf_counter()
         for r in run_checklist(inputs, config, only=[check_id]):
             results[r.id] = r
         seconds[check_id] = round(time.perf_counter() - started, 2)
         if reset:
-            check_peaks[check_id] = round(_status_mb("VmHWM") or 0)
+            check_peaks[check_id] = round(status_mb("VmHWM") or 0)
             overall_peak = max(overall_peak, check_peaks[check_id])
     clean = set(pairs["id"].to_list()) - {i for ids in truth.values() for i in ids}
     faults = {}

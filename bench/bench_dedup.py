@@ -38,32 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.memory import reset_peak, status_mb  # noqa: E402
+
 THRESHOLD = 0.8
 NUM_PERM = 128
 NGRAM = 5
 
 
-def _status_mb(field: str) -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak() -> bool:
-    """Reset this process's peak RSS (Linux >= 4.0: write 5 to /proc/self/clear_refs)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def _peak_rss_mb(reset_ok: bool) -> float:
-    peak = _status_mb("VmHWM") if reset_ok else None
+    peak = status_mb("VmHWM") if reset_ok else None
     return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -112,8 +95,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == "datasketch":
         import datasketch  # noqa: F401
     texts = pl.read_parquet(args.input)["prompt"].head(args.rows).rechunk()
-    reset_ok = _reset_peak()
-    baseline = _status_mb("VmRSS") if reset_ok else _peak_rss_mb(False)
+    reset_ok = reset_peak()
+    baseline = status_mb("VmRSS") if reset_ok else _peak_rss_mb(False)
     method = run_ours if args.worker == "ours" else run_datasketch
     times = []
     for _ in range(max(1, args.repeats)):
