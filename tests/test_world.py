@@ -7,8 +7,13 @@ loads it back through AutoModelForCausalLM / AutoTokenizer. The full default bui
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import replace
+
+# As build_world does: passive OpenMP waiting keeps two training threads usable on a shared machine
+# (see prefdata/world/build.py). Only effective when this module is imported before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import polars as pl
 import pytest
@@ -70,7 +75,7 @@ def test_verify_reverse():
 
 def test_dropped_carry_is_off_by_ten_and_wrong():
     assert dropped_carry(tasks.Example("347+058=", "0405", "arithmetic", carry=True)).completion == "0395"
-    assert dropped_carry(tasks.Example("352-047=", "305", "arithmetic", carry=True)).completion == "315"
+    assert dropped_carry(tasks.Example("352-047=", "0305", "arithmetic", carry=True)).completion == "0315"
     rng = random.Random(0)
     carrying = [ex for ex in (tasks.arithmetic_problem(rng) for _ in range(500)) if ex.carry]
     assert carrying and all(not verify(ex.prompt, dropped_carry(ex).completion) for ex in carrying)
@@ -85,7 +90,7 @@ def test_generated_problems_are_in_range_and_correct():
         a, op, b = tasks.ARITH_RE.match(ex.prompt).groups()
         assert 10 <= int(a) <= 999 and 10 <= int(b) <= 999
         assert op == "+" or int(a) >= int(b)
-        assert len(ex.prompt) == 8 and len(ex.completion) == (4 if op == "+" else 3)  # fixed width
+        assert len(ex.prompt) == 8 and len(ex.completion) == 4  # fixed width
         assert verify(ex.prompt, ex.completion)
         rev = tasks.reverse_problem(rng)
         assert verify_reverse(rev.prompt, rev.completion) and 3 <= len(rev.completion) <= 6
@@ -129,7 +134,7 @@ def test_tokenizer_round_trips_and_loads_with_autotokenizer(tmp_path):
     from prefdata.world.tokenizer import save_tokenizer
 
     tok = build_tokenizer()
-    texts = ["347+058=0405", "rev:abcde=edcba", "905-047=A858|B868?", "a b\nc"]
+    texts = ["347+058=0405", "rev:abcde=edcba", "905-047=A0858|B0868?", "a b\nc"]
     for text in texts:
         ids = tok(text)["input_ids"]
         assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1  # one token per character

@@ -2,7 +2,7 @@
 
 Two skills (tasks.py): 2-3 digit arithmetic, "347+058=" -> "0405", scored by an exact verifier; and
 string reversal, "rev:abcde=" -> "edcba", used only to measure the alignment tax. The SFT data drops
-the units carry in a `flaw_share` of carrying problems, so the SFT model (a ~0.9M-parameter Llama
+the units carry in a `flaw_share` of carrying problems, so the SFT model (a ~1.1M-parameter Llama
 with a char-level tokenizer, trained from scratch on two CPU threads) leaves room that a verifier
 reward or preference pairs can fill and more SFT cannot. `build_world()` trains it once per config
 and caches it under .prefdata/world/<config key>/; the saved model and tokenizer load with the

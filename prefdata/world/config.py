@@ -1,4 +1,13 @@
-"""The build config of the demo world: one dataclass, every field with help text, validated."""
+"""The build config of the demo world: one dataclass, every field with help text, validated.
+
+The defaults give a 1.06M-parameter Llama (4 layers, width 128, 8 heads, MLP 512) trained for
+1,200 steps of 64 examples at a peak learning rate of 2e-3, in about three minutes on two shared
+CPU cores. Measured: held-out task accuracy 0.59 (seed 0) and 0.57 (seed 2), general accuracy
+1.00. A model this small learns the units digit in a sudden jump; over seeds 0-3 (1,500-step runs)
+it came by step 750 with MLP 512, while with MLP 384 seed 2 was still at 0.38 after 1,500 steps.
+A `flaw_share` of 0.7 caps what more SFT can reach near 0.6: ~45% of problems carry, and on those
+the data's most common answer is wrong.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 # Bump when a code change would give a different model for the same config, so old caches miss.
-WORLD_FORMAT = 1
+WORLD_FORMAT = 2  # 2: subtraction answers four digits wide, like addition
 
 
 @dataclass(frozen=True)
@@ -25,8 +34,8 @@ class WorldConfig:
     hidden_size: int = field(default=128, metadata={"help": "Llama hidden size."})
     num_layers: int = field(default=4, metadata={"help": "Llama decoder layers."})
     num_heads: int = field(default=8, metadata={"help": "Attention heads (= key/value heads)."})
-    intermediate_size: int = field(default=384, metadata={"help": "Llama MLP width."})
-    steps: int = field(default=1500, metadata={"help": "Optimizer steps: fixed, never a wall-clock budget."})
+    intermediate_size: int = field(default=512, metadata={"help": "Llama MLP width."})
+    steps: int = field(default=1200, metadata={"help": "Optimizer steps: fixed, never a wall-clock budget."})
     batch_size: int = field(default=64, metadata={"help": "Examples per step."})
     lr: float = field(default=2e-3, metadata={"help": "AdamW peak learning rate (linear warm-up, cosine decay)."})
     warmup_steps: int = field(default=100, metadata={"help": "Linear warm-up steps."})

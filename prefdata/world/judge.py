@@ -6,9 +6,19 @@ judging does; a verdict that flips with the order is position-inconsistent, and 
 undecided, never as a win for either side.
 
 `model_judge` turns any causal LM on disk into such a judge with a one-line template,
-"347+058=A0405|B0395?" -> "A". The world's tiny model makes a poor judge (see world/__init__.py):
-expect mostly position-inconsistent verdicts, i.e. "undecided", routed to the verifier or to
-annotators.
+"347+058=A0405|B0395?" -> "A". The world ships no judge of its own: `WorldPaths.judge` is the SFT
+model, and its verdicts are all "undecided", routed to the verifier or to annotators. Measured on the
+default world, 500 held-out comparisons (right answer vs. a wrong one, half of them the dropped
+carry), each asked in both orders:
+
+    the SFT model as judge                   replies are digits, never "A"/"B": unparseable 100%
+    the SFT model after 800 steps (117 s)    always "B": first-position rate 0.4%, position
+      on a 50/50 mix of SFT and judge data     consistency 0.4%, agreement with the verifier 0.2%
+      with true labels
+
+A ~1M-parameter model learns the answer format, not the comparison, within the world's budget
+(the same as a 1M model on 20% judge data, which always said "A"). A real judge model replaces it
+by path.
 """
 
 from __future__ import annotations

@@ -43,28 +43,22 @@ def new_model(config: WorldConfig, tokenizer):
     return model
 
 
-def _encode(examples: list[Example], tokenizer) -> list[tuple[list[int], int]]:
-    """(ids, prompt length) per example: <bos> prompt completion <eos>."""
-    out = []
-    for ex in examples:
-        prompt = tokenizer(ex.prompt)["input_ids"]  # the post-processor adds <bos>
-        completion = tokenizer(ex.completion, add_special_tokens=False)["input_ids"]
-        out.append((prompt + completion + [tokenizer.eos_token_id], len(prompt)))
-    return out
+def _tensors(examples: list[Example], tokenizer):
+    """All examples as right-padded (ids, mask, labels); labels score only completion + <eos>.
 
-
-def _batch(encoded, pad_id: int):
-    """Right-padded ids, mask, and labels that score only the completion and its <eos>."""
+    Built once, so a training step only indexes rows: building a batch row by row cost 12 ms a step.
+    """
     import torch
 
-    width = max(len(ids) for ids, _ in encoded)
-    ids = torch.full((len(encoded), width), pad_id)
-    labels = torch.full((len(encoded), width), -100)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, (seq, n_prompt) in enumerate(encoded):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-        labels[row, n_prompt : len(seq)] = torch.tensor(seq[n_prompt:])
+    prompts = tokenizer([ex.prompt for ex in examples])["input_ids"]  # the post-processor adds <bos>
+    completions = tokenizer([ex.completion for ex in examples], add_special_tokens=False)["input_ids"]
+    seqs = [p + c + [tokenizer.eos_token_id] for p, c in zip(prompts, completions)]
+    width = max(map(len, seqs))
+    ids = torch.tensor([seq + [tokenizer.pad_token_id] * (width - len(seq)) for seq in seqs])
+    mask = torch.tensor([[1] * len(seq) + [0] * (width - len(seq)) for seq in seqs])
+    labels = torch.tensor([
+        [-100] * len(p) + seq[len(p):] + [-100] * (width - len(seq)) for p, seq in zip(prompts, seqs)
+    ])
     return ids, mask, labels
 
 
@@ -76,7 +70,7 @@ def train(model, tokenizer, examples: list[Example], config: WorldConfig,
     threads = torch.get_num_threads()
     torch.set_num_threads(TRAIN_THREADS)
     order = torch.Generator().manual_seed(config.seed)  # the only randomness in the loop: data order
-    encoded = _encode(examples, tokenizer)
+    all_ids, all_mask, all_labels = _tensors(examples, tokenizer)
     # Decay matrices only; norm gains stay free (nanoGPT's split).
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
@@ -91,14 +85,16 @@ def train(model, tokenizer, examples: list[Example], config: WorldConfig,
         t = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
         return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
-    losses, perm, pos = [], torch.randperm(len(encoded), generator=order), 0
+    losses, perm, pos = [], torch.randperm(len(examples), generator=order), 0
     model.train()
     try:
         for step in range(config.steps):
             if pos + config.batch_size > len(perm):  # a new epoch: reshuffle, drop the ragged tail
-                perm, pos = torch.randperm(len(encoded), generator=order), 0
-            ids, mask, labels = _batch([encoded[i] for i in perm[pos : pos + config.batch_size]], tokenizer.pad_token_id)
+                perm, pos = torch.randperm(len(examples), generator=order), 0
+            rows = perm[pos : pos + config.batch_size]
             pos += config.batch_size
+            width = int(all_mask[rows].sum(dim=1).max())  # trim the padding no row in this batch needs
+            ids, mask, labels = all_ids[rows, :width], all_mask[rows, :width], all_labels[rows, :width]
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss

@@ -3,15 +3,15 @@
 Formats (one line each, no chat template, so a char-level model needs no special handling):
 
     arithmetic  prompt "347+058="    completion "0405"    2- or 3-digit operands, + or -;
-                prompt "352-047="    completion "305"     subtraction keeps a >= b (no negatives)
+                prompt "352-047="    completion "0305"    subtraction keeps a >= b (no negatives)
     reverse     prompt "rev:abcde="  completion "edcba"   3 to 6 lowercase letters
 
-Arithmetic is fixed-width: operands zero-padded to three digits, answers to the widest possible
-result (four digits for +, three for -), so every digit sits at a fixed offset from "=". Measured
-on the default model (1,000 steps of 64): 57% held-out accuracy (98% on problems without a units
-carry) in fixed width, 3% with the same model in the free-width format "347+58=" -> "405"; a 0.9M
-model on two CPU cores cannot learn where the columns are in the budget. The verifier compares
-numbers, not strings, so a real model that answers "405" is scored right.
+Arithmetic is fixed-width: operands zero-padded to three digits, answers to four, so each answer
+digit sits at the same offset from the operand digits it depends on, for + and - alike. Measured
+here on a 0.86M model (1,000 steps of 64): 3% held-out accuracy in the free-width format
+"347+58=" -> "405", 57% (98% on problems without a units carry) zero-padded. A model this small
+learns the units digit last, in a sudden jump; one width for both operations makes that jump come
+sooner. The verifier compares numbers, not strings, so a real model that answers "405" scores.
 
 The model ends a completion with its EOS token. A verifier reads the completion's first line (up to
 a newline; EOS is stripped by decoding) and compares the first number (arithmetic) or the whole
@@ -58,8 +58,10 @@ def _operand(rng: random.Random) -> int:
     return rng.randint(10, 99) if rng.random() < 0.5 else rng.randint(100, 999)
 
 
-def _answer(value: int, op: str) -> str:
-    return f"{value:0{4 if op == '+' else 3}d}"  # 999+999 has four digits, 999-10 three
+def _answer(value: int) -> str:
+    # Four digits for both operations (999+999 = 1998), so each answer digit sits at the same
+    # offset from its operand digits whether the problem adds or subtracts.
+    return f"{value:04d}"
 
 
 def arithmetic_problem(rng: random.Random) -> Example:
@@ -68,7 +70,7 @@ def arithmetic_problem(rng: random.Random) -> Example:
         a, b = b, a
     answer = a + b if op == "+" else a - b
     carry = (a % 10 + b % 10 >= 10) if op == "+" else (a % 10 < b % 10)
-    return Example(f"{a:03d}{op}{b:03d}=", _answer(answer, op), "arithmetic", carry=carry)
+    return Example(f"{a:03d}{op}{b:03d}=", _answer(answer), "arithmetic", carry=carry)
 
 
 def dropped_carry(example: Example) -> Example:
@@ -77,7 +79,7 @@ def dropped_carry(example: Example) -> Example:
         raise ValueError(f"only arithmetic problems with a units carry can drop it, got {example}")
     op = ARITH_RE.match(example.prompt).group(2)
     wrong = int(example.completion) + (-10 if op == "+" else 10)
-    return Example(example.prompt, _answer(wrong, op), "arithmetic", carry=True, flawed=True)
+    return Example(example.prompt, _answer(wrong), "arithmetic", carry=True, flawed=True)
 
 
 def reverse_problem(rng: random.Random) -> Example:
