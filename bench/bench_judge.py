@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--serve-flag", action="append", default=[], help="extra `transformers serve` flag (repeatable)")
     args = ap.parse_args()
 
-    from bench.local_serve import TransformersServe, serve_command
+    from prefdata.local_serve import TransformersServe, serve_command
     from bench.tiny_models import build_tiny_llama, n_params
 
     tmp = tempfile.TemporaryDirectory()

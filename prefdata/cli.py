@@ -339,6 +339,24 @@ def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (f
     return 0
 
 
+@world_app.command("judge")
+def world_judge(
+    n: Annotated[int, typer.Option(help="Held-out comparisons to judge (each asked in both orders).", min=1)] = 100,
+    model: Annotated[Optional[Path], typer.Option(help="Judge model folder [default: the world's judge].")] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight.", min=1)] = 4,
+) -> int:
+    """Serve the judge with `transformers serve`, judge held-out pairs in both orders, and print its
+    agreement with the verifier and its position consistency (saved as judge.json beside world.json)."""
+    from prefdata.world import build_world, measure_served_judge
+
+    paths = build_world(log=_console().print)
+    stats = measure_served_judge(model or paths.judge, n=n, log_dir=paths.root, concurrency=concurrency)
+    if model is None:
+        (paths.root / "judge.json").write_text(json.dumps(stats, indent=2) + "\n")
+    _console().print(json.dumps(stats, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     import click
 

@@ -112,11 +112,24 @@ class JudgeReport:
 
 @dataclass(frozen=True)
 class Template:
+    """A judge prompt file, `templates/judge/NAME-vN.txt`:
+
+        === system ===
+        ...
+        === user ===
+        ... {prompt} ... {response_a} ... {response_b} ...
+        === verdict ===            (optional; default: the [[A]] / [[B]] / [[tie]] markers)
+        a regular expression whose one group captures A, B or tie
+
+    The verdict pattern lives with the prompt because the prompt is what asks for that format.
+    """
+
     name: str
     version: str
     sha256: str
     system: str
     user: str
+    verdict: re.Pattern = _MARKER
 
     @classmethod
     def load(cls, name: str) -> "Template":
@@ -125,11 +138,22 @@ class Template:
             known = ", ".join(sorted(p.stem for p in TEMPLATES.glob("*.txt")))
             raise UnusableInput(f"judge template {name!r} not found in {TEMPLATES}: use one of {known}")
         text = path.read_text(encoding="utf-8")
-        found = re.fullmatch(r"=== system ===\n(.*?)\n=== user ===\n(.*)", text, re.S)
+        found = re.fullmatch(r"=== system ===\n(.*?)\n=== user ===\n(.*?)(?:\n=== verdict ===\n(.*?)\n?)?", text, re.S)
         version = re.search(r"-v(\d+)$", name)
         if not found or not version:
             raise UnusableInput(f"{path}: a judge template is named NAME-vN and holds '=== system ===' then '=== user ==='")
-        return cls(name, version.group(1), hashlib.sha256(text.encode()).hexdigest()[:16], found.group(1), found.group(2))
+        verdict = _MARKER
+        if found.group(3) is not None:
+            try:
+                verdict = re.compile(found.group(3).strip())
+            except re.error as exc:
+                raise UnusableInput(f"{path}: the verdict pattern does not compile ({exc}); fix the '=== verdict ===' section") from None
+            if verdict.groups != 1:
+                raise UnusableInput(f"{path}: the verdict pattern needs exactly one group capturing A, B or tie")
+        return cls(name, version.group(1), hashlib.sha256(text.encode()).hexdigest()[:16], found.group(1), found.group(2), verdict)
+
+    def parse(self, reply: str | None) -> str | None:
+        return parse_verdict(reply, self.verdict)
 
     def messages(self, prompt: str, first: str, second: str) -> list[dict]:
         # One pass over the template, so a response containing "{response_b}" is never filled in again.
@@ -138,11 +162,11 @@ class Template:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
 
-def parse_verdict(reply: str | None) -> str | None:
-    """"A" | "B" | "tie" when the reply holds exactly one kind of verdict marker ([[A]], [[B]], [[tie]]);
-    None when it holds none or several kinds (a reply naming both is no verdict)."""
-    kinds = set(_MARKER.findall(reply or ""))
-    return kinds.pop() if len(kinds) == 1 else None
+def parse_verdict(reply: str | None, pattern: re.Pattern = _MARKER) -> str | None:
+    """"A" | "B" | "tie" when the reply holds exactly one kind of verdict marker ([[A]], [[B]], [[tie]]
+    by default); None when it holds none or several kinds (a reply naming both is no verdict)."""
+    kinds = set(pattern.findall(reply or ""))
+    return kinds.pop() if len(kinds) == 1 and kinds <= {"A", "B", "tie"} else None
 
 
 @dataclass(frozen=True)
@@ -184,7 +208,7 @@ class PairwiseLLMJudge:
 
     def _verdict(self, item: PairToJudge, ab: _Call, ba: _Call) -> Verdict:
         swap = {"A": "b", "B": "a", "tie": "tie", None: None}  # in the swapped order, "A" is response_b
-        first, second = parse_verdict(ab.reply), parse_verdict(ba.reply)
+        first, second = self.template.parse(ab.reply), self.template.parse(ba.reply)
         votes = ({"A": "a", "B": "b", "tie": "tie", None: None}[first], swap[second])
         if ab.error or ba.error:
             label, reason = None, "error"

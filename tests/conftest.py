@@ -58,7 +58,7 @@ def tiny_reward_model(tmp_path_factory) -> Path:
 def transformers_serve(tmp_path_factory):
     """A real `transformers serve` on 127.0.0.1 (free port, CPU, offline), for the whole session,
     stopped by its own pid at the end. Models load on demand: pass a local path as `model`."""
-    from bench.local_serve import TransformersServe
+    from prefdata.local_serve import TransformersServe
 
     # One torch thread in the server: on a shared machine torch's default (one per core) spin-waits
     # against other processes and every request gets several times slower.

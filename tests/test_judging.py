@@ -57,6 +57,21 @@ def test_template_is_a_versioned_file_filled_in_one_pass():
         Template.load("no-such-template")
 
 
+def test_a_template_can_name_its_own_verdict_format(tmp_path, monkeypatch):
+    world = Template.load("world-judge-v1")  # the demo world's one-line format: "347+058=A0405|B0395?" -> "A"
+    assert world.messages("347+058=", "0405", "0395")[1]["content"] == "347+058=A0405|B0395?"
+    assert [world.parse(r) for r in ("A", " B0", "0405", "", None, "[[A]]")] == ["A", "B", None, None, None, None]
+    import prefdata.judging as judging
+
+    monkeypatch.setattr(judging, "TEMPLATES", tmp_path)
+    (tmp_path / "bad-v1.txt").write_text("=== system ===\ns\n=== user ===\n{prompt}\n=== verdict ===\n(A|B\n")
+    with pytest.raises(UnusableInput, match="does not compile"):
+        Template.load("bad-v1")
+    (tmp_path / "nogroup-v1.txt").write_text("=== system ===\ns\n=== user ===\n{prompt}\n=== verdict ===\nA|B\n")
+    with pytest.raises(UnusableInput, match="exactly one group"):
+        Template.load("nogroup-v1")
+
+
 def test_pair_id_defaults_to_the_records_id():
     item = PairToJudge("p", "x", "y")
     assert item.pair_id == pair_id("p", "x", "y") == PairToJudge("p", "y", "x").pair_id
@@ -170,7 +185,7 @@ def test_client_errors_are_not_retried_and_only_their_pair_fails():
 
 
 def test_a_refused_connection_is_an_error_verdict(tmp_path):
-    from bench.local_serve import free_port
+    from prefdata.local_serve import free_port
 
     judge = fast_judge(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     [verdict] = judge.judge(arith_items()[:1])

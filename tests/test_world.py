@@ -149,6 +149,16 @@ def test_tokenizer_round_trips_and_loads_with_autotokenizer(tmp_path):
     assert batch[0][:4] == [loaded.pad_token_id] * 4 and batch[0][-1] == batch[1][-1]  # left padded
 
 
+def test_chat_template_hands_the_model_its_own_prompt_format():
+    """An OpenAI-compatible server renders messages with the chat template: the world's model must get
+    exactly "<bos>347+058=" (no role markers, system turns dropped), as in training."""
+    tok = build_tokenizer()
+    messages = [{"role": "system", "content": "Be a fair judge."}, {"role": "user", "content": "347+058=A0405|B0395?"}]
+    rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = rendered["input_ids"] if isinstance(rendered, dict) or hasattr(rendered, "keys") else rendered
+    assert ids == tok("347+058=A0405|B0395?")["input_ids"]
+
+
 # --- a tiny real build ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -296,6 +306,18 @@ def test_judge_agreement_separates_good_biased_and_broken_judges():
 def test_model_judge_runs_on_the_world_model(tiny_world):
     stats = judge_agreement(model_judge(tiny_world.sft), [p[1:] for p in _comparisons(10)])
     assert stats["n"] == 10 and 0.0 <= stats["position_consistency"] <= 1.0
+
+
+def test_served_judge_runs_the_real_path(tiny_world, tmp_path):
+    """The world's judge through a real `transformers serve` and the chat API, both orders per pair;
+    whatever the tiny model replies, every comparison gets a verdict and nothing errors."""
+    from prefdata.world import measure_served_judge
+
+    stats = measure_served_judge(tiny_world.sft, n=6, log_dir=tmp_path, concurrency=2)
+    assert stats["n"] == 6 and stats["errors"] == 0 and stats["template"] == "world-judge-v1"
+    assert all(isinstance(reply, str) for pair in stats["example_replies"] for reply in pair)
+    assert 0.0 <= stats["agreement"] <= 1.0 - stats["undecided_rate"] + 1e-9
+    assert (tmp_path / "judge-serve.log").is_file()
 
 
 # --- the real thing ------------------------------------------------------------------------------

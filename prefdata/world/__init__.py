@@ -16,7 +16,7 @@ Heavy libraries (torch, transformers, polars) are imported only inside the funct
 from prefdata.world.annotators import SimulatedAnnotator, annotator_pool, correct_vote, votes_frame
 from prefdata.world.build import WorldPaths, build_world, evaluate, heldout, sampling_prompts, sft_data
 from prefdata.world.config import WorldConfig
-from prefdata.world.judge import judge_agreement, model_judge
+from prefdata.world.judge import judge_agreement, judge_comparisons, measure_served_judge, model_judge, verdict_agreement
 from prefdata.world.model import general_accuracy, generate, task_accuracy
 from prefdata.world.tasks import Example, dropped_carry, verify, verify_reverse
 from prefdata.world.tokenizer import build_tokenizer
@@ -24,6 +24,6 @@ from prefdata.world.tokenizer import build_tokenizer
 __all__ = [
     "Example", "SimulatedAnnotator", "WorldConfig", "WorldPaths", "annotator_pool", "build_tokenizer",
     "build_world", "correct_vote", "dropped_carry", "evaluate", "general_accuracy", "generate", "heldout",
-    "judge_agreement", "model_judge", "sampling_prompts", "sft_data", "task_accuracy", "verify",
-    "verify_reverse", "votes_frame",
+    "judge_agreement", "judge_comparisons", "measure_served_judge", "model_judge", "sampling_prompts", "sft_data", "task_accuracy", "verify",
+    "verdict_agreement", "verify_reverse", "votes_frame",
 ]

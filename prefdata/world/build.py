@@ -147,11 +147,12 @@ def _build(config: WorldConfig, out: Path, log: Callable[[str], None]) -> None:
     (out / "world.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
-def evaluate(model_path: Path | str, config: WorldConfig | None = None) -> dict[str, float]:
+def evaluate(model_path: Path | str, config: WorldConfig | None = None, world: Path | str | None = None) -> dict[str, float]:
     """Greedy held-out accuracy of any causal LM on disk: {"task_accuracy", "general_accuracy"}.
 
-    Without `config`, the eval prompts of the world the model sits in (its ../world.json) are
-    used, else those of the default world.
+    The eval prompts are those of `config`, else of the world folder `world` (its world.json), else
+    of the world the model sits in (../world.json), else of the default world. A model trained
+    elsewhere names its world, so before and after are scored on the same prompts.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -159,7 +160,9 @@ def evaluate(model_path: Path | str, config: WorldConfig | None = None) -> dict[
 
     model_path = Path(model_path)
     if config is None:
-        world_json = model_path.parent / "world.json"
+        world_json = Path(world) / "world.json" if world is not None else model_path.parent / "world.json"
+        if world is not None and not world_json.is_file():
+            raise FileNotFoundError(f"{world_json} not found: `world` must be a built world's folder")
         config = WorldConfig.from_dict(json.loads(world_json.read_text())["config"]) if world_json.is_file() else WorldConfig()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()

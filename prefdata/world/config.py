@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 # Bump when a code change would give a different model for the same config, so old caches miss.
-WORLD_FORMAT = 2  # 2: subtraction answers four digits wide, like addition
+WORLD_FORMAT = 3  # 2: subtraction answers four digits wide, like addition; 3: a chat template
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """Judging a judge against the verifier: agreement and position consistency.
 
-A judge is any callable `judge(prompt, response_a, response_b) -> "A" | "B" | None` (None: the
-reply could not be parsed). Each comparison is asked in both orders, as FastChat's two-order
-judging does; a verdict that flips with the order is position-inconsistent, and counts as
-undecided, never as a win for either side.
+The world's LLM judge runs the real path: `transformers serve` loads the judge model, and
+prefdata.judging.PairwiseLLMJudge asks it over the OpenAI-compatible chat API, both orders per pair,
+with the one-line template `templates/judge/world-judge-v1.txt`: "347+058=A0405|B0395?" -> "A".
+`measure_served_judge` does that on held-out comparisons (the right answer against the dropped carry)
+and `verdict_agreement` scores the verdicts against the verifier. A callable judge
+`judge(prompt, response_a, response_b) -> "A" | "B" | None` is scored in-process by `judge_agreement`.
 
-`model_judge` turns any causal LM on disk into such a judge with a one-line template,
-"347+058=A0405|B0395?" -> "A". The world ships no judge of its own: `WorldPaths.judge` is the SFT
-model, and its verdicts are all "undecided", routed to the verifier or to annotators. Measured on the
-default world, 500 held-out comparisons (right answer vs. a wrong one, half of them the dropped
-carry), each asked in both orders:
+The world ships no judge of its own: `WorldPaths.judge` is the SFT model, and its verdicts come back
+undecided and route to the verifier or to annotators, which is what the two-order protocol is for.
+Measured on the default world, 500 held-out comparisons, each asked in both orders:
 
     the SFT model as judge                   replies are digits, never "A"/"B": unparseable 100%
     the SFT model after 800 steps (117 s)    always "B": first-position rate 0.4%, position
@@ -18,7 +18,7 @@ carry), each asked in both orders:
 
 A ~1M-parameter model learns the answer format, not the comparison, within the world's budget
 (the same as a 1M model on 20% judge data, which always said "A"). A real judge model replaces it
-by path.
+by path or endpoint.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from prefdata.world.tasks import verify
+from prefdata.world.tasks import arithmetic_problem, dropped_carry, verify
 
+JUDGE_TEMPLATE_NAME = "world-judge-v1"  # the same format, as a template file for PairwiseLLMJudge
 JUDGE_TEMPLATE = "{prompt}A{a}|B{b}?"
 JUDGE_TEMPLATE_VERSION = "world-judge-1"
 Judge = Callable[[str, str, str], "str | None"]
@@ -93,3 +94,65 @@ def judge_agreement(judge: Judge, comparisons: list[tuple[str, str, str]], verif
         "first_position_rate": said_a / (2 * n),
         "unparseable_rate": unparseable / (2 * n),
     }
+
+
+def judge_comparisons(n: int, seed: int = 1) -> list[tuple[str, str, str]]:
+    """n (prompt, a, b) carrying problems, the right answer against the dropped carry in a random
+    order: the mistake the world's SFT data teaches, so the one a useful judge must catch."""
+    import random
+
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        ex = arithmetic_problem(rng)
+        if ex.carry:
+            a, b = ex.completion, dropped_carry(ex).completion
+            out.append((ex.prompt, a, b) if rng.random() < 0.5 else (ex.prompt, b, a))
+    return out
+
+
+def verdict_agreement(items, verdicts, verifier=verify) -> dict:
+    """How prefdata.judging verdicts (label "a" | "b" | "tie" | None) fare against the verifier, over
+    the items (PairToJudge) where it prefers exactly one side. Same keys as judge_agreement, with
+    position consistency among pairs whose two orders both parsed, and the undecided share."""
+    n = agree = decided = consistent = inconsistent = unparseable = 0
+    for item, verdict in zip(items, verdicts, strict=True):
+        a_ok, b_ok = verifier(item.prompt, item.response_a), verifier(item.prompt, item.response_b)
+        if a_ok == b_ok:
+            continue
+        n += 1
+        decided += verdict.label is not None
+        agree += verdict.label == ("a" if a_ok else "b")
+        consistent += verdict.reason == "consistent"
+        inconsistent += verdict.reason == "position_inconsistent"
+        unparseable += verdict.reason == "unparseable"
+    if n == 0:
+        raise ValueError("no comparison where the verifier prefers one side; nothing to agree with")
+    return {
+        "n": n,
+        "agreement": agree / n,  # undecided counts against the judge: the share it settles right
+        "agreement_decided": agree / decided if decided else None,
+        "position_consistency": consistent / (consistent + inconsistent) if consistent + inconsistent else None,
+        "undecided_rate": 1 - decided / n,
+        "unparseable_rate": unparseable / n,
+    }
+
+
+def measure_served_judge(model_path: Path | str, n: int = 100, log_dir: Path | str = ".", concurrency: int = 4) -> dict:
+    """Serve `model_path` with a real `transformers serve`, judge n held-out comparisons in both orders
+    through the chat API, and score the verdicts against the verifier. The server is stopped by its pid."""
+    import time
+
+    from prefdata.judging import PairToJudge, PairwiseLLMJudge
+    from prefdata.local_serve import TransformersServe
+
+    model_path = Path(model_path).resolve() if Path(model_path).exists() else model_path  # the server resolves names itself
+    items = [PairToJudge(*c) for c in judge_comparisons(n)]
+    started = time.perf_counter()
+    with TransformersServe(Path(log_dir) / "judge-serve.log") as server:
+        judge = PairwiseLLMJudge(server.base_url, str(model_path), template=JUDGE_TEMPLATE_NAME,
+                                 concurrency=concurrency, max_tokens=2, timeout=120)
+        verdicts = judge.judge(items)
+    stats = verdict_agreement(items, verdicts)
+    report = judge.last_report
+    return {**stats, "judge_model": str(model_path), "template": JUDGE_TEMPLATE_NAME, "errors": report.errors,
+            "example_replies": [list(v.raw) for v in verdicts[:3]], "seconds": round(time.perf_counter() - started, 1)}

@@ -5,6 +5,10 @@ isolates every character), `<bos>` prepended by the post-processor, `<eos>` endi
 `<pad>` on the left so batched greedy generation lines prompts up at the right edge. Wrapped as a
 `PreTrainedTokenizerFast` and saved with `save_pretrained`, so `AutoTokenizer.from_pretrained(path)`
 loads it like any hub tokenizer and a real model's tokenizer can replace it by path.
+
+Its chat template is the bare text of the user turns after `<bos>`: the model knows no roles, and
+an OpenAI-compatible server (`transformers serve`) must hand it exactly the prompt format it was
+trained on, so the judge and the samplers reach it through the same chat API as a real model.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 # Everything the world's formats use, plus upper case and a little punctuation for judge prompts
 # ("A"/"B" verdicts) and for user text; anything else maps to <unk>.
+# System turns are dropped: a 1M-parameter model trained on "347+058=" has no use for instructions.
+CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
 CHARACTERS = string.digits + string.ascii_lowercase + string.ascii_uppercase + " +-=:?|>.,\n"
 
 
@@ -34,9 +40,11 @@ def build_tokenizer():
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
     )
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def save_tokenizer(tokenizer, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A real `transformers serve` on 127.0.0.1, started and stopped by its own pid (tests, benchmarks).
+"""A real `transformers serve` on 127.0.0.1, started and stopped by its own pid (the demo, tests, benchmarks).
 
     with TransformersServe(log_path="serve.log") as server:
         server.base_url  # "http://127.0.0.1:PORT/v1"; models load on demand: request model=<local path>
@@ -21,6 +21,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from prefdata.errors import PrefdataError
 
 
 def free_port() -> int:
@@ -48,11 +50,13 @@ class TransformersServe:
 
     def start(self) -> "TransformersServe":
         self._log = self.log_path.open("wb")
+        if not Path(serve_command(self.port)[0]).is_file():
+            raise PrefdataError("the `transformers` command is missing: pip install 'transformers[serving]'")
         self.process = subprocess.Popen(serve_command(self.port, self.extra_flags), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise PrefdataError(f"transformers serve exited with {self.process.returncode} (log: {self.log_path}):\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
                     if r.status == 200:
@@ -60,7 +64,7 @@ class TransformersServe:
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"transformers serve did not answer /health in {self.ready_timeout:.0f}s:\n{self.log_tail()}")
+        raise PrefdataError(f"transformers serve did not answer /health in {self.ready_timeout:.0f}s:\n{self.log_tail()}")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
