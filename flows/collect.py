@@ -1,0 +1,318 @@
+"""The collect flow: prompts -> candidates -> pairs -> judge -> route -> humans -> votes -> a draft
+version in the store. It only wires: sampling, pairing, judging, routing and the store are
+prefdata's; the tables are assembled by flows/dataset.py (pure functions).
+
+    prompts ─> sample-and-judge (subflow; its task runner is `engine`: threads or Dask)
+                 sample chunk ×N   cached on their inputs, results persisted   (model calls)
+                 build pairs
+                 judge chunk  ×M   cached likewise; each holds a slot of the judge concurrency limit
+            ─> route ─> human queue file ─> simulated annotators | Argilla push + pull ─> label ─> draft
+
+A run that dies halfway resumes: the rerun finds every finished chunk in the cache and samples and
+judges only the rest. Cache keys hold what decides a result (prompts, model and its revision,
+sampling params and seed; pairs and the judge's identity) and the task's source, never timeouts or
+concurrency. Every chunk samples with a seed derived from its own prompts, so the same prompts give
+the same dataset on any runner and any number of workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.concurrency.sync import concurrency
+
+from prefdata.flows import dataset
+from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
+
+CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
+NETWORK_RETRY_DELAYS = [2.0, 10.0, 30.0]    # seconds: Argilla and sampling servers
+
+
+# -- sampling and judging --------------------------------------------------------------------------
+
+_sampling_lock = threading.Lock()  # one in-process sampler at a time: torch seeds one global RNG
+
+
+@functools.lru_cache(maxsize=2)
+def _local_sampler(model: str, revision: str | None):
+    from prefdata.sampling import TransformersSampler
+
+    return TransformersSampler(model, batch_size=1 << 16)  # one generate per chunk: results depend on the batch
+
+
+def sample(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
+    from prefdata.sampling import OpenAICompatibleSampler, SamplingParams
+
+    sampling = SamplingParams(**params)
+    if runtime.get("base_url"):
+        sampler = OpenAICompatibleSampler(runtime["base_url"], model, api_key_env=runtime.get("api_key_env"),
+                                          concurrency=runtime["requests_in_flight"], revision=revision)
+        return sampler.sample(prompts, n, sampling)
+    with _sampling_lock:
+        return _local_sampler(model, revision).sample(prompts, n, sampling)
+
+
+# Task bodies only call module functions: Dask ships a task's function by value, and a module-level
+# lock inside it would not pickle.
+@task(name="sample", cache_policy=CACHED, persist_result=True)
+def sample_chunk(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
+    """n candidates for each prompt of one chunk (a list of lists of prefdata.sampling.Candidate).
+    runtime["base_url"]: a server to sample from (not in the cache key: the same model anywhere)."""
+    return sample(prompts, model, revision, n, params, runtime)
+
+
+class JudgeUnavailable(RuntimeError):
+    """Some pairs of a chunk got no verdict because the judge could not be reached; the task is retried
+    and never cached with the gap."""
+
+
+@functools.lru_cache(maxsize=2)
+def _reward_model(path: str):
+    from prefdata.judging import RewardModelJudge
+
+    return RewardModelJudge(path)
+
+
+def make_judge(identity: dict, runtime: dict):
+    from prefdata.judging import PairwiseLLMJudge, RuleJudge
+
+    if identity["kind"] == "verifier":
+        return RuleJudge(dataset.import_target(identity["verifier"]), rule_name=identity["verifier"])
+    if identity["kind"] == "llm":
+        return PairwiseLLMJudge(runtime["base_url"], identity["model"], identity["template"],
+                                concurrency=runtime["requests_in_flight"], timeout=runtime["timeout_s"],
+                                max_retries=runtime["max_retries"], api_key_env=runtime.get("api_key_env"))
+    return _reward_model(identity["model"])
+
+
+@task(name="judge", cache_policy=CACHED, persist_result=True)
+def judge_chunk(items: list[dict], identity: dict, runtime: dict) -> list:
+    """Verdicts (prefdata.judging.Verdict) for one chunk of pairs, in order."""
+    from prefdata.judging import PairToJudge
+
+    pairs = [PairToJudge(i["prompt"], i["response_a"], i["response_b"], i["pair_id"], i.get("category"))
+             for i in items]
+    judge = make_judge(identity, runtime)
+    # strict: a missing limit is an error, never an unbounded judge (collect creates it first).
+    with concurrency(runtime["limit_name"], occupy=1, timeout_seconds=runtime["slot_timeout_s"], strict=True):
+        verdicts = judge.judge(pairs)
+    failed = [v for v in verdicts if v.reason == "error" and identity["kind"] == "llm"]
+    if failed:  # transient after the judge's own retries: retry the task rather than cache the gap
+        raise JudgeUnavailable(f"{len(failed)} of {len(verdicts)} pairs got no verdict from {runtime['base_url']}: "
+                               f"{failed[0].error}")
+    return verdicts
+
+
+def task_runner(engine: Engine):
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    if engine.runner == "threads":
+        return ThreadPoolTaskRunner()
+    from prefect_dask import DaskTaskRunner
+
+    if engine.dask_address:
+        return DaskTaskRunner(address=engine.dask_address)
+    # One thread per worker process: torch parallelises inside a task, and threads would share its RNG.
+    return DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                          cluster_kwargs={"n_workers": engine.dask_workers, "threads_per_worker": 1,
+                                          "processes": True, "dashboard_address": None})
+
+
+def resolve_model(model: str) -> tuple[str, str | None]:
+    """(path or name, revision): "world" is the demo world's SFT model, built or reused."""
+    from prefdata.sampling import model_revision
+
+    if model == "world":
+        from prefdata.world import build_world
+
+        model = str(build_world().sft)
+    return model, model_revision(model)
+
+
+@flow(name="sample-and-judge")
+def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: Engine) -> dict:
+    """The fan-out: sampling chunks, then judging chunks, on the runner `engine` names."""
+    from prefdata.sampling import SamplingParams, build_pairs
+
+    logger = get_run_logger()
+    options: dict = {"refresh_cache": engine.refresh_cache}
+    if engine.cache_dir:
+        options["result_storage"] = Path(engine.cache_dir).resolve()
+    model, revision = resolve_model(policy.model) if not policy.base_url else (policy.model, None)
+    sampler = sample_chunk.with_options(**options, **({"retries": len(NETWORK_RETRY_DELAYS),
+                                                       "retry_delay_seconds": NETWORK_RETRY_DELAYS}
+                                                      if policy.base_url else {}))
+    runtime = {"base_url": policy.base_url, "requests_in_flight": policy.requests_in_flight,
+               "api_key_env": policy.api_key_env}
+    futures = []
+    for chunk in dataset.chunks(prompts, policy.chunk_size):
+        params = SamplingParams(policy.temperature, policy.top_p, policy.top_k, policy.max_new_tokens,
+                                dataset.chunk_seed(policy.seed, chunk)).as_dict()
+        futures.append(sampler.submit(chunk, model, revision, policy.candidates, params, runtime))
+    groups = [group for f in futures for group in f.result()]
+    comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
+    logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
+
+    judger = judge_chunk.with_options(**options, retries=len(judge.retry_delays_s),
+                                      retry_delay_seconds=judge.retry_delays_s)
+    runtime = {k: getattr(judge, k) for k in ("base_url", "requests_in_flight", "timeout_s", "max_retries",
+                                              "api_key_env", "limit_name", "slot_timeout_s")}
+    items = [{k: c[k] for k in ("prompt", "response_a", "response_b", "pair_id")} for c in comparisons]
+    futures = [judger.submit(chunk, judge.identity(), runtime) for chunk in dataset.chunks(items, judge.chunk_size)]
+    verdicts = [v for f in futures for v in f.result()]
+    return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts}
+
+
+# -- the human share -------------------------------------------------------------------------------
+
+
+@task(name="set-judge-limit")
+def set_judge_limit(name: str, limit: int) -> None:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(name, limit)
+
+
+@task(name="simulate-votes")
+def simulate_votes(queue: list[dict], spec) -> list[dict]:
+    import polars as pl
+
+    from prefdata.world import annotator_pool, votes_frame
+
+    if not queue:
+        return []
+    frame = pl.DataFrame({k: [r[k] for r in queue] for k in ("pair_id", "prompt", "response_a", "response_b")})
+    pool = annotator_pool(spec.k, spec.accuracy, spec.tie_rate, spec.seed)
+    return votes_frame(frame, pool, dataset.import_target(spec.verifier)).to_dicts()
+
+
+def _argilla_key(spec) -> str | None:
+    import os
+
+    if spec.api_key_secret:
+        from prefect.blocks.system import Secret
+
+        return Secret.load(spec.api_key_secret).get()  # never logged; Prefect masks Secret values
+    return os.environ.get("ARGILLA_API_KEY")
+
+
+@task(name="argilla-push", retries=len(NETWORK_RETRY_DELAYS), retry_delay_seconds=NETWORK_RETRY_DELAYS)
+def argilla_push(queue: list[dict], spec, guidelines: str | None) -> None:
+    from prefdata.argilla import push_pairs
+
+    push_pairs(queue, url=spec.url, api_key=_argilla_key(spec), dataset=spec.dataset, workspace=spec.workspace,
+               overlap=spec.overlap, guidelines=guidelines, suggestions=spec.suggestions, progress=False)
+
+
+@task(name="argilla-pull", retries=len(NETWORK_RETRY_DELAYS), retry_delay_seconds=NETWORK_RETRY_DELAYS)
+def argilla_pull(spec) -> list[dict]:
+    from prefdata.argilla import pull_votes
+
+    frame = pull_votes(url=spec.url, api_key=_argilla_key(spec), dataset=spec.dataset, workspace=spec.workspace)
+    return frame.select("pair_id", "annotator", "vote").to_dicts()
+
+
+def argilla_votes(queue: list[dict], spec, guidelines: str | None) -> list[dict]:
+    """Push the queue, then pull; wait up to spec.wait_s for every pushed pair to reach `overlap` votes."""
+    import time
+
+    argilla_push(queue, spec, guidelines)
+    wanted, deadline = {r["pair_id"] for r in queue}, time.monotonic() + spec.wait_s
+    while True:
+        votes = [v for v in argilla_pull(spec) if v["pair_id"] in wanted]
+        per_pair = {p: sum(v["pair_id"] == p for v in votes) for p in wanted}
+        if all(n >= spec.overlap for n in per_pair.values()) or time.monotonic() + spec.poll_s > deadline:
+            return votes
+        time.sleep(spec.poll_s)
+
+
+# -- the flow --------------------------------------------------------------------------------------
+
+
+@task(name="load-prompts")
+def load_prompts(spec: Prompts) -> list[str]:
+    from prefdata.errors import UnusableInput
+
+    if spec.source == "world":
+        from prefdata.world import WorldConfig, sampling_prompts
+
+        return sampling_prompts(WorldConfig(), spec.n)
+    if not Path(spec.source).is_file():
+        raise UnusableInput(f"prompts: {spec.source} is not a file (and not 'world')")
+    from prefdata.gate import read_prompts
+
+    prompts = list(dict.fromkeys(read_prompts(spec.source).to_list()))  # the same prompt twice is one prompt
+    return prompts[:spec.n] if spec.n else prompts
+
+
+@task(name="write-draft")
+def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: dict, lineage: dict,
+                guidelines: str | None, store: str | None) -> str:
+    from prefdata.store import Store
+
+    tables, counts = dataset.draft(labelled, votes)
+    version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines)
+    return version.ref
+
+
+@flow(name="collect", description="Sample, pair, judge, route, gather votes; store a draft dataset version.")
+def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy: Policy = Policy(),
+            judge: Judge = Judge(), routing: Routing = Routing(), humans: Humans = Humans(),
+            engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None) -> dict:
+    from prefect.runtime import flow_run
+
+    from prefdata.gate import read_text
+    from prefdata.judging import JudgeReport, PairToJudge
+    from prefdata.routing import RoutingPolicy, route, route_counts, write_queue
+    from prefdata.sampling import sampler_lineage
+    from prefdata.store import check_name
+
+    logger = get_run_logger()
+    check_name(name)
+    guideline_text = read_text(Path(guidelines)) if guidelines else None
+    prompt_list = load_prompts(prompts)
+    set_judge_limit(judge.limit_name, judge.limit)
+    out = sample_and_judge.with_options(task_runner=task_runner(engine))(prompt_list, policy, judge, engine)
+    comparisons, verdicts = out["comparisons"], out["verdicts"]
+
+    policy_ = RoutingPolicy(routing.min_confidence, tuple(routing.human_categories), routing.audit_share, routing.seed)
+    items = [PairToJudge(c["prompt"], c["response_a"], c["response_b"], c["pair_id"]) for c in comparisons]
+    routed = route(items, verdicts, policy_)
+    queue = [r for r in routed if r["route"] in ("human", "both")]
+    queue_file = Path(humans.queue_dir) / f"{name}.jsonl"
+    write_queue(queue_file, routed)
+    if humans.argilla is not None and queue:
+        votes = argilla_votes(queue, humans.argilla, guideline_text)
+    elif humans.simulated is not None:
+        votes = simulate_votes(queue, humans.simulated)
+    else:
+        votes = []
+    logger.info("%d pairs to humans (queue %s), %d votes", len(queue), queue_file, len(votes))
+
+    labelled = dataset.label(routed, comparisons, votes)
+    report = JudgeReport.from_verdicts(verdicts)
+    groups = out["candidates"]
+    counters = {
+        "prompts": len(groups), "candidates": sum(map(len, groups)), "comparisons": len(comparisons),
+        "prompts_without_pair": len(groups) - len({c["prompt_id"] for c in comparisons}),
+        "judge": {k: getattr(report, k) for k in ("n", "decided", "undecided", "consistent", "inconsistent",
+                                                  "unparseable", "errors")},
+        "routes": route_counts(routed), "queued": len(queue), "votes": len(votes),
+    }
+    lineage = {
+        "parent": None,
+        "sources": [{"path": prompts.source, "role": "prompts", "n": len(prompt_list),
+                     "sha256": hashlib.sha256("\n".join(prompt_list).encode()).hexdigest()}],
+        "flow_run": {"flow": "collect", "id": str(flow_run.id), "name": flow_run.name},
+        "components": {"sampler": sampler_lineage([c for g in groups for c in g]), "judge": judge.identity(),
+                       "routing": routing.model_dump(), "humans": humans.model_dump(exclude={"queue_dir"})},
+    }
+    ref = write_draft(name, labelled, votes, counters, lineage, guideline_text, store)
+    logger.info("draft %s: %d comparisons, %d pairs", ref, len(labelled), sum(r["label"] in ("a", "b") for r in labelled))
+    return {"version": ref, "queue": str(queue_file), **counters}

@@ -1,0 +1,120 @@
+"""From judged, routed and voted comparisons to the tables of a draft version. Pure functions, no
+Prefect: the collect flow calls them, tests call them directly.
+
+Who labels a comparison (its `label_source`):
+
+    route "judge"            the judge's label
+    route "human" / "both"   the majority of the human votes when there are votes ("both" is the
+                             audit: humans overrule the judge, and their agreement is measured);
+                             with no votes yet, "both" keeps the judge's label and "human" stays
+                             unlabeled (`awaiting_votes`) until a later run pulls votes
+
+A comparison labelled a or b becomes a chosen/rejected pair; ties, pairs without a majority and
+pairs awaiting votes stay in the comparisons table, counted by reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections import Counter
+from typing import Any, Callable, Iterable, Sequence
+
+from prefdata.errors import UnusableInput
+from prefdata.records import VOTE_COLUMNS
+
+# What a pair row keeps from its comparison (the store's pairs table stays lean; the rest is in comparisons).
+PAIR_KEEP = ("id", "pair_id", "prompt_id", "prompt", "chosen", "rejected", "chosen_model", "rejected_model",
+             "label_source")
+COMPARISON_KEEP = ("id", "pair_id", "prompt_id", "prompt", "response_a", "response_b", "label", "label_source",
+                   "model_a", "model_b", "sampling_a", "sampling_b", "candidate_a", "candidate_b",
+                   "judge_label", "judge_reason", "judge_model", "judge_template", "route", "route_reason")
+
+
+def chunks(items: Sequence, size: int) -> list[list]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def chunk_seed(seed: int, prompts: Iterable[str]) -> int:
+    """A sampling seed from the run's seed and the chunk's own prompts, so a chunk samples the same
+    candidates wherever it runs and whatever its position in the run."""
+    digest = hashlib.sha256(f"{seed}\0".encode() + "\0".join(prompts).encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def import_target(spec: str) -> Callable:
+    """'package.module:function' -> the function; one clear line when it is not there."""
+    module_name, _, name = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), name) if name else None
+    except (ImportError, AttributeError) as exc:
+        raise UnusableInput(f"{spec!r}: cannot import it ({type(exc).__name__}: {exc}); give module:function") from None
+    if not callable(target):
+        raise UnusableInput(f"{spec!r} is not a function; give module:function")
+    return target
+
+
+def _majority(votes: list[str]) -> str | None:
+    from prefdata.formats import majority
+
+    return majority(votes)
+
+
+def label(routed: list[dict], comparisons: list[dict], votes: list[dict]) -> list[dict]:
+    """Comparison rows (in the order given) with `label`, `label_source` and the judge's and router's
+    columns; `routed` is prefdata.routing.route's output for the same comparisons."""
+    by_pair: dict[str, list[str]] = {}
+    for v in votes:
+        by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+    out = []
+    for comparison, r in zip(comparisons, routed, strict=True):
+        if comparison["pair_id"] != r["pair_id"]:
+            raise ValueError(f"routed row {r['pair_id']} given for comparison {comparison['pair_id']}")
+        human = by_pair.get(r["pair_id"])
+        if r["route"] == "judge" or (r["route"] == "both" and not human):
+            value, source = r["judge_label"], "judge"
+        elif human:
+            value, source = _majority(human), "human"
+        else:
+            value, source = None, None
+        row = {**comparison, "label": value, "label_source": source,
+               **{k: r[k] for k in ("judge_label", "judge_reason", "judge_model", "judge_template", "route",
+                                    "route_reason")}}
+        out.append({k: row.get(k) for k in COMPARISON_KEEP})
+    return out
+
+
+def unresolved(row: dict) -> str | None:
+    if row["label"] in ("a", "b"):
+        return None
+    if row["label"] == "tie":
+        return "tie"
+    return "no_majority" if row["label_source"] == "human" else "awaiting_votes"
+
+
+def to_pair(row: dict) -> dict:
+    win, lose = ("a", "b") if row["label"] == "a" else ("b", "a")
+    pair = {**row, "chosen": row[f"response_{win}"], "rejected": row[f"response_{lose}"],
+            "chosen_model": row[f"model_{win}"], "rejected_model": row[f"model_{lose}"]}
+    return {k: pair[k] for k in PAIR_KEEP}
+
+
+def draft(labelled: list[dict], votes: list[dict]) -> tuple[dict, dict[str, Any]]:
+    """(store tables, counts) for Store.create: every comparison is kept (read = kept, nothing is
+    quarantined here); the decided ones are also pairs."""
+    import polars as pl
+
+    from prefdata.store import tables_for
+
+    pairs = [to_pair(r) for r in labelled if unresolved(r) is None]
+    pair_frame = pl.DataFrame(pairs, schema={k: pl.String for k in PAIR_KEEP}, orient="row") if pairs else \
+        pl.DataFrame(schema={k: pl.String for k in PAIR_KEEP})
+    schema = {k: (pl.Int64 if k.startswith("candidate_") else pl.String) for k in COMPARISON_KEEP}
+    comparison_frame = pl.DataFrame(labelled, schema=schema, orient="row")
+    vote_frame = pl.DataFrame([{k: v[k] for k in VOTE_COLUMNS} for v in votes],
+                              schema={k: pl.String for k in VOTE_COLUMNS}, orient="row") if votes else None
+    reasons = Counter(filter(None, map(unresolved, labelled)))
+    counts = {"format": "collect", "read": len(labelled), "kept": len(labelled), "quarantined": 0,
+              "pairs": len(pairs), "unresolved": dict(reasons.most_common()), "reasons": {},
+              "label_source": dict(Counter(r["label_source"] or "none" for r in labelled))}
+    return tables_for(pair_frame, comparison_frame, vote_frame), counts

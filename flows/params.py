@@ -1,0 +1,158 @@
+"""The flows' parameters: pydantic models, so the Prefect UI builds its run form from them, a
+deployment's `parameters:` in prefect.yaml are checked when it is served, and a bad value fails
+before any work starts, naming the field. No Prefect import here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Params(BaseModel):
+    # extra="forbid": a misspelt key in prefect.yaml or the UI is an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Prompts(_Params):
+    source: str = Field("world", description='"world": fresh arithmetic prompts from the demo world (never an eval '
+                                             'prompt); or a file: .txt (one prompt a line) or a table with a prompt column.')
+    n: int | None = Field(16, ge=1, description="How many prompts: the world draws n; a file gives its first n (None: all).")
+
+
+class Policy(_Params):
+    model: str = Field("world", description='"world" (the demo world\'s SFT model), a local checkpoint folder, or the '
+                                            "model name a server knows (with base_url).")
+    base_url: str | None = Field(None, description="An OpenAI-compatible server (vLLM, TGI, transformers serve) to "
+                                                   "sample from; None samples in process with transformers.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the server's API key.")
+    candidates: int = Field(4, ge=2, le=64, description="Candidates per prompt.")
+    pairs: Literal["all", "random"] = Field("all", description="Which candidate pairs become comparisons.")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(8, ge=1)
+    seed: int = 0
+    chunk_size: int = Field(8, ge=1, description="Prompts per sampling task: the unit of caching, resuming and fan-out.")
+    requests_in_flight: int = Field(4, ge=1, description="Concurrent requests per sampling task (servers only).")
+
+
+class Judge(_Params):
+    kind: Literal["verifier", "llm", "reward_model"] = Field(
+        "verifier", description="verifier: an exact checker decides (the demo world's arithmetic); llm: a pairwise "
+                                "LLM judge on an OpenAI-compatible server, both orders; reward_model: a scoring model.")
+    verifier: str = Field("prefdata.world:verify", description="module:function (prompt, completion) -> bool | float.")
+    base_url: str | None = Field(None, description="llm: the judge server.")
+    model: str | None = Field(None, description="llm: the judge model's name; reward_model: its folder.")
+    template: str = Field("pairwise-v1", description="llm: the versioned judge template.")
+    api_key_env: str | None = None
+    chunk_size: int = Field(16, ge=1, description="Pairs per judging task: the unit of caching, resuming and fan-out.")
+    requests_in_flight: int = Field(4, ge=1, description="llm: concurrent requests inside one judging task.")
+    limit: int = Field(4, ge=1, description="Judging tasks running at once, across all runs and workers (a Prefect "
+                                            "global concurrency limit, set to this value when collect starts).")
+    limit_name: str = Field("prefdata-judge", description="Name of that global concurrency limit.")
+    slot_timeout_s: float | None = Field(None, gt=0, description="Fail a judging task that waits longer than this "
+                                                                 "for a slot; None waits.")
+    timeout_s: float = Field(60.0, gt=0, description="llm: seconds per request.")
+    max_retries: int = Field(4, ge=0, description="llm: retries per request (timeouts, 429, 5xx), with backoff.")
+    retry_delays_s: list[float] = Field([10.0, 60.0, 300.0], description="A judging task whose pairs could not all be "
+                                        "judged (server down after the per-request retries) is retried after these "
+                                        "delays; it is never cached with missing verdicts.")
+
+    @model_validator(mode="after")
+    def _needs(self) -> "Judge":
+        if self.kind == "llm" and not (self.base_url and self.model):
+            raise ValueError(f"judge kind 'llm' needs base_url and model (got base_url={self.base_url!r}, "
+                             f"model={self.model!r})")
+        if self.kind == "reward_model" and not self.model:
+            raise ValueError("judge kind 'reward_model' needs model: the reward model's folder")
+        return self
+
+    def identity(self) -> dict:
+        """What decides the verdicts: the judge's cache key. Where it is served (base_url), timeouts, retries
+        and concurrency are not in it: the same model and template behind another address is the same judge."""
+        keep = {"verifier": ("verifier",), "llm": ("model", "template"), "reward_model": ("model",)}
+        return {"kind": self.kind, **{k: getattr(self, k) for k in keep[self.kind]}}
+
+
+class Routing(_Params):
+    min_confidence: float = Field(0.8, ge=0, le=1, description="Judge verdicts below this go to humans.")
+    human_categories: list[str] = Field(["safety"], description="Categories humans always label.")
+    audit_share: float = Field(0.05, ge=0, le=1, description="Share of judge-decided pairs also sent to humans.")
+    seed: int = 0
+
+
+class SimulatedAnnotators(_Params):
+    k: int = Field(3, ge=1, description="Annotators, each voting on every queued pair.")
+    accuracy: float = Field(0.85, ge=0, le=1)
+    tie_rate: float = Field(0.05, ge=0, le=1)
+    seed: int = 0
+    verifier: str = Field("prefdata.world:verify", description="module:function that tells them the truth.")
+
+
+class Argilla(_Params):
+    url: str = Field(description="The Argilla server, e.g. http://127.0.0.1:6900.")
+    dataset: str = Field(description="Argilla dataset name.")
+    workspace: str = "prefdata"
+    overlap: int = Field(1, ge=1, description="Annotators per record.")
+    api_key_secret: str | None = Field(None, description="A Prefect Secret block holding the API key; None reads "
+                                                         "ARGILLA_API_KEY from the environment.")
+    suggestions: bool = Field(True, description="Show the judge's label as a suggestion (off for blind audits).")
+    wait_s: float = Field(0.0, ge=0, description="Wait up to this long for every pushed pair to get `overlap` votes; "
+                                                 "0 takes the votes there are (a later run pulls the rest).")
+    poll_s: float = Field(10.0, gt=0, description="Seconds between pulls while waiting.")
+
+
+class Humans(_Params):
+    queue_dir: str = Field(".prefdata/queues", description="Where the human queue is written (<name>.jsonl).")
+    simulated: SimulatedAnnotators | None = Field(None, description="Answer the queue with simulated annotators.")
+    argilla: Argilla | None = Field(None, description="Push the queue to Argilla and pull its votes.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Humans":
+        if self.simulated is not None and self.argilla is not None:
+            raise ValueError("humans: give simulated or argilla, not both")
+        return self
+
+
+class Engine(_Params):
+    runner: Literal["threads", "dask"] = Field("threads", description="threads: this process; dask: sampling and "
+                                                                      "judging tasks fan out to Dask workers.")
+    dask_address: str | None = Field(None, description="A running Dask scheduler (tcp://host:8786); None starts a "
+                                                       "local cluster of dask_workers processes for the run.")
+    dask_workers: int = Field(2, ge=1)
+    cache_dir: str | None = Field(None, description="Where sampling and judging results persist (the resume cache); "
+                                                    "None: Prefect's result storage ($PREFECT_HOME/storage).")
+    refresh_cache: bool = Field(False, description="Sample and judge again even when cached.")
+
+    @model_validator(mode="after")
+    def _address(self) -> "Engine":
+        if self.dask_address and self.runner != "dask":
+            raise ValueError(f"engine: dask_address={self.dask_address!r} needs runner='dask' (got {self.runner!r})")
+        return self
+
+
+class Checks(_Params):
+    config: str | None = Field(None, description="Checklist YAML (thresholds, waivers); None: checks/checklist.yaml.")
+    strict: bool = Field(False, description="A check that cannot run fails the gate.")
+    report_dir: str | None = Field(None, description="Reports folder; None: .prefdata/reports/<name>-<version>.")
+    scorer: str | None = Field(None, description="Independent scorer for label_direction (rm:, lm:, judge:, verdicts:).")
+    eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
+    reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution.")
+
+
+class Training(_Params):
+    method: str = Field("dpo", description="A trainer plugin (prefdata.trainers).")
+    config: dict | str | None = Field(None, description="The trainer's config: a mapping or a YAML path.")
+    base_model: str | None = Field(None, description='The model to train; "world" for the demo world\'s SFT model; '
+                                                     "None: the trainer's default.")
+    output_dir: str | None = Field(None, description="Where the model goes; None: the trainer's default.")
+
+
+class TrainTrigger(Training):
+    deployment: str = Field("train/train", description="The training deployment (FLOW/DEPLOYMENT) to run.")
+    wait: bool = Field(False, description="Wait for the training run to finish; False only schedules it.")
+
+    def training(self) -> Training:
+        return Training(**self.model_dump(include=set(Training.model_fields)))

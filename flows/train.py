@@ -1,0 +1,47 @@
+"""The train flow: a trainer plugin (prefdata.trainers) on a validated dataset version.
+
+Training is local compute, not network I/O: no retries (a crash reruns from the trainer's own
+checkpoints, not from a Prefect cache). Only validated versions train; the gate is the point.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+
+from prefdata.flows.gate import artifact_key
+from prefdata.flows.params import Training
+
+
+@task(name="train-model")
+def train_model(ref: str, training: Training, store: str | None) -> dict:
+    from prefdata.trainers import train as run_trainer
+
+    logger = get_run_logger()
+    base_model = training.base_model
+    if base_model == "world":
+        from prefdata.world import build_world
+
+        base_model = str(build_world().sft)
+    result = run_trainer(training.method, ref, training.config, store=store, output_dir=training.output_dir,
+                         base_model=base_model, log=logger.info)
+    return {"model_dir": str(result.model_dir), "metrics": dict(result.metrics), "card": str(result.card)}
+
+
+@flow(name="train", description="Train a model with a trainer plugin on a validated dataset version.")
+def train(dataset: str, training: Training = Training(), store: str | None = None) -> dict:
+    from prefect.artifacts import create_markdown_artifact
+
+    from prefdata.errors import GateFailed
+    from prefdata.store import Store
+
+    v = Store(store).get(dataset)
+    if v.status != "validated":
+        raise GateFailed(f"{v.ref} is {v.status}: only a validated version trains (run the publish flow first)")
+    result = train_model(v.ref, training, store)
+    metrics = "\n".join(f"| {k} | {val} |" for k, val in result["metrics"].items())
+    create_markdown_artifact(
+        key=artifact_key(f"train-{v.name}"),
+        markdown=f"# {training.method} on {v.ref}\n\nModel: `{result['model_dir']}`  \nCard: `{result['card']}`\n\n"
+                 f"| metric | value |\n|---|---|\n{metrics}\n",
+        description=f"{training.method} on {v.ref}")
+    return {"dataset": v.ref, **result}

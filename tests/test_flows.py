@@ -1,0 +1,390 @@
+"""The Prefect flows, run for real: Prefect's engine against its test harness (one server for the
+session), the demo world's tiny SFT model, a real HTTP judge (scripted, so its verdicts and faults
+are known), a real Dask LocalCluster with worker processes, a killed subprocess for the crash.
+
+Sizes are tiny (a dozen prompts, 4 candidates of at most 8 tokens); every run gets its own store
+and its own result cache, so no test reads another's cached work by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+# Before Prefect loads: no telemetry (an ephemeral run otherwise logs "database is locked" from its
+# heartbeat), passive OpenMP waits on a shared machine (see prefdata/world/build.py).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+
+from prefdata.errors import UnusableInput  # noqa: E402
+from prefdata.flows.params import (  # noqa: E402
+    Checks, Engine, Humans, Judge, Policy, Prompts, SimulatedAnnotators, Training, TrainTrigger,
+)
+from prefdata.store import Store  # noqa: E402
+from prefdata.world import verify  # noqa: E402
+from scripted_server import Reply, ScriptedServer, presented  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+# Temperature 1.5 so a 1M-parameter model that is sure of its (often wrong) answer still gives
+# distinct candidates to pair.
+POLICY = Policy(candidates=4, temperature=1.5, max_new_tokens=8, chunk_size=6)
+GUIDELINES = """## Annotation guidelines
+Prefer the answer that is arithmetically right.
+## Rubric
+Right beats wrong; two right or two wrong answers are a tie.
+## Edge cases
+Leading zeros do not matter: 0405 and 405 are the same number.
+"""
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect test server (a temporary SQLite database) for the whole session: ~11 s to start."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield PREFECT_API_URL.value()
+
+
+@pytest.fixture(scope="session")
+def world():
+    from prefdata.world import build_world
+
+    return build_world()  # cached under .prefdata/world; waits on the lock while another process builds
+
+
+def world_judge(body: dict, index: int) -> Reply:
+    """A pairwise judge that is always right about the world's arithmetic (ties when it cannot tell)."""
+    question, a, b = presented(body)
+    a_ok, b_ok = verify(question, a), verify(question, b)
+    return Reply(content="[[tie]]" if a_ok == b_ok else ("[[A]]" if a_ok else "[[B]]"))
+
+
+def llm_judge(url: str, **kw) -> Judge:
+    return Judge(kind="llm", base_url=url, model="scripted-judge", timeout_s=30, max_retries=0, retry_delays_s=[],
+                 **kw)
+
+
+def run_collect(tmp: Path, **kw) -> dict:
+    from prefdata.flows.collect import collect
+
+    kw.setdefault("engine", Engine(cache_dir=str(tmp / "cache")))
+    kw.setdefault("humans", Humans(queue_dir=str(tmp / "queues")))
+    return collect(**{"prompts": Prompts(n=12), "policy": POLICY, "store": str(tmp / "store"), **kw})
+
+
+# -- collect -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def collected(prefect_api, world, tmp_path_factory):
+    """One collect run: the world's verifier judges, three simulated annotators answer the queue."""
+    tmp = tmp_path_factory.mktemp("collect")
+    (tmp / "guidelines.md").write_text(GUIDELINES)
+    result = run_collect(tmp, humans=Humans(queue_dir=str(tmp / "queues"), simulated=SimulatedAnnotators(k=3)),
+                         guidelines=str(tmp / "guidelines.md"))
+    return tmp, result
+
+
+def test_collect_stores_a_draft_labelled_by_judge_and_humans(collected, world):
+    tmp, result = collected
+    st = Store(str(tmp / "store"))
+    v = st.get(result["version"])
+    pairs, comparisons, votes = st.load(v.ref), st.load(v.ref, "comparisons"), st.load(v.ref, "votes")
+    assert v.status == "draft" and result["prompts"] == 12 and result["candidates"] == 48
+    assert comparisons.height == result["comparisons"] == v.manifest["counts"]["read"] > 0
+    decided = comparisons.filter(comparisons["label"].is_in(["a", "b"]))
+    assert pairs.height == decided.height == v.manifest["counts"]["pairs"] > 0
+
+    # The verifier judges: every pair it labelled alone has a right chosen and a wrong rejected answer.
+    by_judge = pairs.filter(pairs["label_source"] == "judge")
+    assert by_judge.height > 0
+    assert all(verify(p, c) and not verify(p, r) for p, c, r in by_judge.select("prompt", "chosen", "rejected").rows())
+    # Undecided pairs (both answers right, or both wrong) went to the three annotators, and their
+    # majority is the label.
+    queued = [json.loads(line) for line in Path(result["queue"]).read_text().splitlines()]
+    assert len(queued) == result["queued"] > 0 and votes.height == 3 * len(queued)
+    assert {q["route_reason"] for q in queued} <= {"judge_both_pass", "judge_both_fail", "audit"}
+    from prefdata.formats import majority
+
+    human = {r["pair_id"]: r for r in comparisons.filter(comparisons["route"] != "judge").iter_rows(named=True)}
+    for pair_id, group in votes.group_by("pair_id"):
+        assert human[pair_id[0]]["label"] == majority(group["vote"].to_list())
+        assert human[pair_id[0]]["label_source"] == "human"
+
+    lineage = v.manifest["lineage"]
+    assert lineage["flow_run"]["flow"] == "collect" and lineage["flow_run"]["id"]
+    assert {s["model"] for s in lineage["components"]["sampler"]} == {str(world.sft)}  # one policy
+    assert "Prefer the answer that is arithmetically right." in st.read_text(v.ref, "README.md")
+
+
+def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(collected, prefect_api):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from prefdata.flows.gate import publish, validate
+    from prefdata.flows.train import train
+
+    tmp, result = collected
+    store = str(tmp / "store")
+    report = validate(result["version"], Checks(report_dir=str(tmp / "report")), store)
+    with get_client(sync_client=True) as client:
+        table = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["checklist-world-arithmetic"])))
+        summary = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["checklist-world-arithmetic-summary"])))
+    rows = json.loads(table[0].data) if isinstance(table[0].data, str) else table[0].data
+    assert [r["id"] for r in rows] == [c["id"] for c in report["report"]["checks"]]
+    assert f"file://{tmp / 'report'}" in summary[0].data and (tmp / "report" / "report.md").is_file()
+    assert Store(store).get(result["version"]).status == "draft"  # validate never changes a status
+
+    # The default checklist refuses a toy set (12 prompts, no safety/style categories...): rejected.
+    state = publish(result["version"], Checks(report_dir=str(tmp / "report")), store=store, return_state=True)
+    assert state.is_failed() and "not published" in state.message and "min_size" in state.message
+    assert Store(store).get(result["version"]).status == "rejected"
+
+    # With the toy's waivers it passes, becomes validated, and schedules the training deployment.
+    waivers = tmp / "toy-checklist.yaml"
+    waivers.write_text(textwrap.dedent("""\
+        checks:
+          min_size: {waive: "a 12-prompt test set"}
+          category_coverage: {waive: "arithmetic only"}
+          agreement: {waive: "queued pairs are mostly ties: alpha is undefined-ish on one class"}
+          near_duplicates: {waive: "arithmetic answers differ by one digit"}
+    """))
+    train.to_deployment("train").apply()
+    out = publish(result["version"], Checks(config=str(waivers), report_dir=str(tmp / "report")),
+                  train=TrainTrigger(deployment="train/train", method="dpo", base_model="world"), store=store)
+    assert Store(store).get(result["version"]).status == "validated" and out["train_flow_run"]
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(out["train_flow_run"])
+    assert run.state.is_scheduled()
+    assert run.parameters["dataset"] == result["version"] and run.parameters["training"]["method"] == "dpo"
+    # Publishing a validated version again is a no-op, and starts nothing.
+    assert publish(result["version"], store=store)["train_flow_run"] is None
+
+
+def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
+    from prefdata.errors import GateFailed
+    from prefdata.flows.train import train
+    from prefdata.importer import import_file, version_tables
+
+    src = tmp_path / "pairs.jsonl"
+    src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")
+    result = import_file(src)
+    st = Store(str(tmp_path / "store"))
+    v = st.create("tiny", version_tables(result), counts=result.summary(), lineage={"sources": result.sources})
+    with pytest.raises(GateFailed, match="is draft: only a validated version trains"):
+        train(v.ref, Training(), str(tmp_path / "store"))
+
+
+def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api, tmp_path):
+    trainers = pytest.importorskip("prefdata.trainers")
+    if not hasattr(trainers, "train"):
+        pytest.skip("prefdata.trainers.train does not exist yet")
+    from prefdata.flows.train import train
+
+    tmp, result = collected
+    store = str(tmp / "store")
+    if Store(store).get(result["version"]).status != "validated":
+        pytest.skip("needs the publish test's validated version")
+    out = train(result["version"], Training(method="dpo", base_model="world", output_dir=str(tmp_path / "model"),
+                                            config={"max_steps": 2}), store)
+    assert Path(out["model_dir"]).is_dir() and Path(out["card"]).is_file() and out["metrics"]
+
+
+# -- resume after a crash, and the judge's concurrency limit ------------------------------------
+
+RUN_IN_SUBPROCESS = """
+import json, sys
+from prefdata.flows.collect import collect
+from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts
+kw = json.loads(sys.argv[1])
+collect(prompts=Prompts(**kw["prompts"]), policy=Policy(**kw["policy"]), judge=Judge(**kw["judge"]),
+        humans=Humans(**kw["humans"]), engine=Engine(**kw["engine"]), store=kw["store"])
+"""
+
+
+def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, world, tmp_path, monkeypatch):
+    from prefdata.sampling import TransformersSampler
+
+    done = 8  # requests answered before the judge hangs: two chunks of two pairs, both orders
+    hang = lambda body, index: Reply(delay=600) if index >= done else world_judge(body, index)  # noqa: E731
+    with ScriptedServer(hang) as server:
+        kw = {"prompts": {"n": 12}, "policy": POLICY.model_dump(), "humans": {"queue_dir": str(tmp_path / "q")},
+              "judge": llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=1).model_dump(),
+              "engine": {"cache_dir": str(tmp_path / "cache")}, "store": str(tmp_path / "store")}
+        env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO)}
+        log = (tmp_path / "killed-run.log").open("w")  # a file, not a pipe: a full pipe would stall the run
+        proc = subprocess.Popen([sys.executable, "-c", RUN_IN_SUBPROCESS, json.dumps(kw)], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            # Dead in the middle of judging: the judge hangs on request 9, and 2 sampling + 2 judging
+            # results are on disk.
+            deadline = time.monotonic() + 240
+            while not (len(server.requests) > done and len(list((tmp_path / "cache").glob("*"))) >= 4):
+                assert proc.poll() is None, f"the run ended before the kill: {(tmp_path / 'killed-run.log').read_text()[-2000:]}"
+                assert time.monotonic() < deadline, "the run never reached the judge's hang"
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            log.close()
+        assert Store(str(tmp_path / "store")).versions() == []  # it died before writing anything
+
+    calls = {"sample": 0}
+    real_sample = TransformersSampler.sample
+
+    def counted(self, *args, **kwargs):
+        calls["sample"] += 1
+        return real_sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformersSampler, "sample", counted)
+    with ScriptedServer(world_judge) as server:
+        # limit 2: the killed run still holds its slot until the lease expires
+        judge = llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=2)
+        resumed = run_collect(tmp_path, judge=judge, humans=Humans(queue_dir=str(tmp_path / "q")),
+                              engine=Engine(cache_dir=str(tmp_path / "cache")))
+        rerun_requests = len(server.requests)
+    assert calls["sample"] == 0  # every prompt was sampled before the crash: nothing sampled again
+    assert rerun_requests == 2 * (resumed["comparisons"] - 4)  # only the pairs the crash left unjudged
+
+    # And it is the dataset an uninterrupted run gives (a fresh cache: everything sampled and judged).
+    with ScriptedServer(world_judge) as server:
+        fresh = run_collect(tmp_path / "fresh", judge=llm_judge(server.base_url, chunk_size=2, limit=2))
+    assert calls["sample"] == 2 and fresh["version"].split("@")[1] == resumed["version"].split("@")[1]
+
+
+def test_judging_goes_through_the_global_concurrency_limit(prefect_api, world, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    from prefdata.flows.collect import collect
+
+    slow = lambda body, index: Reply(content=world_judge(body, index).content, delay=0.05)  # noqa: E731
+    with ScriptedServer(slow) as server:
+        # limit 1 with one request per task: never two judge requests at once, though the thread pool
+        # submits every chunk together.
+        run_collect(tmp_path, judge=llm_judge(server.base_url, chunk_size=1, requests_in_flight=1, limit=1,
+                                              limit_name="judge-test"))
+        assert len(server.requests) >= 4 and server.max_in_flight == 1
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name("judge-test").limit == 1
+
+    # With the only slot held elsewhere, a judging task waits for it and times out: no request is sent.
+    with ScriptedServer(slow) as server, concurrency("judge-test", occupy=1):
+        state = collect(prompts=Prompts(n=12), policy=POLICY, store=str(tmp_path / "store2"),
+                        judge=llm_judge(server.base_url, limit=1, limit_name="judge-test", slot_timeout_s=1),
+                        engine=Engine(cache_dir=str(tmp_path / "cache2")),
+                        humans=Humans(queue_dir=str(tmp_path / "q")), return_state=True)
+        assert state.is_failed() and server.requests == []
+
+
+# -- scale-out -----------------------------------------------------------------------------------
+
+
+def test_dask_workers_give_the_same_dataset_as_one_process(prefect_api, world, tmp_path):
+    from distributed import Client, LocalCluster, get_task_stream
+
+    sequential = run_collect(tmp_path / "threads")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client, get_task_stream(client=client) as stream:
+        engine = Engine(runner="dask", dask_address=cluster.scheduler_address, cache_dir=str(tmp_path / "dask-cache"))
+        distributed = run_collect(tmp_path / "dask", engine=engine)
+    workers = {t["worker"] for t in stream.data}
+    assert len(workers) == 2, f"tasks ran on {workers}"  # both worker processes sampled or judged
+    assert distributed["version"].split("@")[1] == sequential["version"].split("@")[1]
+    assert distributed["comparisons"] == sequential["comparisons"] > 0
+
+
+# -- deployments, schedules, serve ---------------------------------------------------------------
+
+
+def test_prefect_yaml_deployments_load_validate_and_schedule():
+    from prefdata.flows.deployments import load
+
+    served = {s.full_name: s for s in load(REPO / "prefect.yaml")}
+    assert set(served) == {"collect/nightly", "publish/nightly", "validate/on-demand", "train/train"}
+    assert [s.cron for s in served["collect/nightly"].schedules] == ["0 2 * * *"]
+    assert served["publish/nightly"].parameters["train"]["deployment"] in served  # the trigger names a real deployment
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["deployments"][0]["parameters"]["policy"].update(candidats=4), "parameters do not fit collect"),
+    (lambda d: d["deployments"][0]["schedules"][0].update(cron="61 * * * *"), "cron '61 * * * *'"),
+    (lambda d: d["deployments"][0].update(entrypoint="prefdata.flows.collect:nothing"), "does not load"),
+])
+def test_a_bad_deployment_is_one_clear_line(tmp_path, change, message):
+    import yaml
+
+    from prefdata.flows.deployments import load
+
+    doc = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    change(doc)
+    bad = tmp_path / "prefect.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(UnusableInput, match=re.escape(message)) as error:
+        load(bad)
+    assert "\n" not in str(error.value)
+    proc = subprocess.run([sys.executable, "-m", "prefdata", "serve", "--file", str(bad), "--dry-run"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr
+
+
+def test_prefdata_serve_registers_the_scheduled_deployments(prefect_api, tmp_path):
+    from prefect.client.orchestration import get_client
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    proc = subprocess.Popen([sys.executable, "-m", "prefdata", "serve", "--only", "collect/nightly",
+                             "--only", "train/train"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline, found = time.monotonic() + 120, None
+        with get_client(sync_client=True) as client:
+            while found is None:
+                assert proc.poll() is None and time.monotonic() < deadline, "serve exited or never registered"
+                try:
+                    found = client.read_deployment_by_name("collect/nightly")
+                except Exception:  # noqa: BLE001 - not there yet
+                    time.sleep(0.5)
+            schedules = client.read_deployment_schedules(found.id)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert [s.schedule.cron for s in schedules] == ["0 2 * * *"]
+    assert found.parameters["judge"]["kind"] == "verifier"
+
+
+def test_prefdata_help_stays_light():
+    code = "import sys, prefdata.cli; print(sorted(m for m in ('prefect', 'torch', 'distributed') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# -- parameters ----------------------------------------------------------------------------------
+
+
+def test_parameters_refuse_what_cannot_work():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="needs base_url and model"):
+        Judge(kind="llm")
+    with pytest.raises(ValidationError, match="dask_address"):
+        Engine(dask_address="tcp://127.0.0.1:8786")
+    with pytest.raises(ValidationError, match="extra"):
+        Policy(candidats=4)
+
+
+def test_collect_names_a_missing_prompt_file(prefect_api, tmp_path):
+    with pytest.raises(UnusableInput, match="no-such.txt is not a file"):
+        run_collect(tmp_path, prompts=Prompts(source=str(tmp_path / "no-such.txt")))
