@@ -1,0 +1,27 @@
+"""Human labels in Argilla: push pairs for review, pull the votes back, and run a local server.
+
+    push_pairs(rows, url=..., api_key=..., dataset=...)   -> PushResult   (idempotent on pair_id)
+    pull_votes(url=..., api_key=..., dataset=...)         -> polars frame (pair_id, annotator, vote, ...)
+    agreement(votes)                                      -> the checklist's agreement CheckResult
+    add_user(url=..., api_key=..., username=..., password=...) -> the new user's API key
+    LocalArgilla().start() / .stop() / .status()          -> a real argilla-server on 127.0.0.1
+
+Names load on first use (PEP 562), so `prefdata --help`, which imports the CLI module beside
+this one, loads neither polars nor the argilla SDK.
+"""
+
+from importlib import import_module
+
+_WHERE = {
+    "push_pairs": "push", "PushResult": "push", "guidelines_from_card": "push", "shown_order": "push",
+    "pull_votes": "pull", "agreement": "pull",
+    "add_user": "client",
+    "LocalArgilla": "server", "ServerInfo": "server",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'prefdata.argilla' has no attribute {name!r}; it has {', '.join(__all__)}")
+    return getattr(import_module(f"prefdata.argilla.{_WHERE[name]}"), name)

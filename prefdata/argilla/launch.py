@@ -1,0 +1,54 @@
+"""Start argilla-server with prefdata's SQL search engine. Run by `prefdata.argilla.server` with the
+server's own virtual environment's python (argilla-server cannot share prefdata's environment), as
+
+    python launch.py HOST PORT
+
+with the ARGILLA_* variables already set (home path, database, search engine name). Not imported
+by prefdata itself.
+
+`python -m argilla_server start` cannot load a search-engine plugin, so this script registers the
+engine first and then serves the server's own FastAPI app with uvicorn.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# This folder holds prefdata modules named cli.py, server.py...: keep it off the import path so
+# nothing in the server's environment imports them by accident.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+
+def _use_fake_redis() -> None:
+    """argilla-server pings Redis at start and queues background jobs there (hub import/export,
+    webhooks, re-computing record status after a distribution change). The annotation flow needs
+    none of them, so unless the user points ARGILLA_REDIS_URL at a real Redis, an in-process
+    fakeredis answers, and there is no daemon to start and stop."""
+    if os.environ.get("ARGILLA_REDIS_URL"):
+        return
+    import fakeredis
+    import redis
+
+    server = fakeredis.FakeServer()
+    redis.from_url = lambda *args, **kwargs: fakeredis.FakeRedis(server=server)
+
+
+def main(host: str, port: int) -> None:
+    _use_fake_redis()
+    spec = importlib.util.spec_from_file_location("prefdata_sql_search", HERE / "sql_search.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the engine under module.ENGINE_NAME
+    os.environ["ARGILLA_SEARCH_ENGINE"] = module.ENGINE_NAME
+
+    import uvicorn
+    from argilla_server._app import app
+
+    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("PREFDATA_ARGILLA_LOG_LEVEL", "warning"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
