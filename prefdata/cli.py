@@ -303,6 +303,26 @@ def publish(
     return 0
 
 
+@app.command("train")
+def train_command(
+    method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, or a method another package registers.")],
+    dataset: Annotated[str, typer.Option(help="NAME@VERSION of a validated version.")],
+    config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's).")] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name [default: the config's].")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go [default: .prefdata/runs/METHOD-NAME-VERSION].")] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
+    from prefdata.trainers import train
+
+    console = _console()
+    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print)
+    shown = {k: v for k, v in result.metrics.items() if k != "log"}
+    console.print(json.dumps(shown, indent=2, default=str))
+    console.print(f"model: {result.model_dir}\ncard: {result.card}")
+    return 0
+
+
 world_app = typer.Typer(help="The embedded demo world: a tiny SFT model and its tasks, built locally.",
                         no_args_is_help=True)
 app.add_typer(world_app, name="world")

@@ -63,9 +63,11 @@ def transformers_serve(tmp_path_factory):
     # One torch thread in the server: on a shared machine torch's default (one per core) spin-waits
     # against other processes and every request gets several times slower.
     server = TransformersServe(tmp_path_factory.mktemp("serve") / "serve.log", extra_env={"OMP_NUM_THREADS": "1"})
+    from prefdata.errors import PrefdataError
+
     try:
         server.start()
-    except RuntimeError as error:
+    except PrefdataError as error:
         pytest.fail(str(error))
     yield server
     server.stop()

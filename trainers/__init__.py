@@ -1,1 +1,88 @@
-"""Trainer plugins (rm, dpo, grpo, ppo) registered under the `prefdata.trainers` entry-point group."""
+"""Trainer plugins: train a model from a validated dataset version.
+
+    from prefdata.trainers import train
+    result = train("dpo", "hh@1a2b3c", "dpo.yaml")   # -> TrainResult(model_dir, card, metrics)
+
+Built-ins: rm (TRL RewardTrainer), dpo (TRL DPOTrainer), grpo (TRL GRPOTrainer), ppo (our own, on
+transformers + PEFT). Another package adds a method through the entry-point group
+`prefdata.trainers`, naming a module attribute that is a `Plugin`:
+
+    [project.entry-points."prefdata.trainers"]
+    kto = "my_package.kto:plugin"
+
+Targets load lazily: listing the methods imports neither torch nor TRL.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from prefdata.errors import UnusableInput
+
+BUILTINS = {
+    "rm": "prefdata.trainers.rm:plugin",
+    "dpo": "prefdata.trainers.dpo:plugin",
+    "grpo": "prefdata.trainers.grpo:plugin",
+    "ppo": "prefdata.trainers.ppo_plugin:plugin",
+}
+ENTRY_POINT_GROUP = "prefdata.trainers"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A training method: its config dataclass (shared by the CLI and YAML) and its run function
+    `run(config, data: TrainingData, output_dir: Path, log) -> (model_dir, metrics)`."""
+
+    name: str
+    config_class: type
+    run: Callable[..., tuple[Path, dict[str, Any]]]
+    description: str = ""
+
+
+def targets() -> dict[str, str]:
+    """method -> "module:attribute", built-ins first; an entry point may not shadow a built-in."""
+    from importlib.metadata import entry_points
+
+    found = dict(BUILTINS)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def methods() -> list[str]:
+    return sorted(targets())
+
+
+def load(method: str) -> Plugin:
+    known = targets()
+    if method not in known:
+        raise UnusableInput(f"unknown training method {method!r}: use one of {', '.join(sorted(known))}")
+    module, _, attribute = known[method].partition(":")
+    plugin = getattr(importlib.import_module(module), attribute)
+    if not isinstance(plugin, Plugin):
+        raise UnusableInput(f"{known[method]} is not a prefdata.trainers.Plugin")
+    return plugin
+
+
+def train(method: str, dataset: str, config: str | Path | dict | None = None, *, store: str | None = None,
+          output_dir: str | Path | None = None, base_model: str | Path | None = None,
+          log: Callable[[str], None] | None = None):
+    """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult."""
+    from prefdata.trainers.common import TrainResult, load_config_file, load_validated, parse_config, write_card
+
+    plugin = load(method)
+    values = dict(config) if isinstance(config, dict) else load_config_file(config)
+    if base_model is not None:
+        values["base_model"] = str(base_model)
+    if not values.get("base_model"):
+        raise UnusableInput(f"{method}: no base model: set base_model in the config or pass --base-model")
+    output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
+    values["output_dir"] = str(output_dir)
+    cfg = parse_config(plugin.config_class, values)
+    data = load_validated(dataset, store, seed=getattr(cfg, "seed", 0))
+    model_dir, metrics = plugin.run(cfg, data, output_dir, log or (lambda _msg: None))
+    card = write_card(model_dir, method, data, cfg.base_model, cfg, metrics)
+    return TrainResult(method, data.ref, model_dir, card, metrics)

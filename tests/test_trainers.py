@@ -1,0 +1,326 @@
+"""Trainer plugins, for real: a tiny demo world, a version made and validated by the real import and
+publish commands, a few real TRL steps per method on LoRA adapters, guards on crafted histories,
+DPO's loss recomputed by hand against TRL's, and the registry's entry-point group."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.py
+
+import pytest
+
+from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.world import WorldConfig, build_world, sampling_prompts, sft_data
+from prefdata.world.tasks import ARITH_RE
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = WorldConfig(n_sft=2_000, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=30,
+                   batch_size=32, warmup_steps=5, n_eval_task=40, n_eval_general=20)
+
+
+def _answer(prompt: str) -> int:
+    a, op, b = ARITH_RE.match(prompt).groups()
+    return int(a) + int(b) if op == "+" else int(a) - int(b)
+
+
+def world_pairs(config: WorldConfig, n: int) -> list[dict]:
+    """Right answer against one off by ten (the world's carry mistake), on sampling prompts only."""
+    return [{"prompt": p, "chosen": f"{_answer(p):04d}", "rejected": f"{_answer(p) + 10:04d}"}
+            for p in sampling_prompts(config, n)]
+
+
+def cli(*args: str, store: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFDATA_STORE": str(store)}
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(TINY, cache=tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, world):
+    """A validated version made by `prefdata import` and `prefdata publish` (the world's checklist),
+    plus the general SFT and held-out SFT files a run mixes in and scores."""
+    from prefdata.trainers.common import write_sft_file
+
+    root = tmp_path_factory.mktemp("data")
+    store = root / "store"
+    (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in world_pairs(TINY, 64)))
+    imported = cli("import", str(root / "pairs.jsonl"), "--name", "arith", "--card",
+                   str(REPO / "prefdata/world/guidelines.md"), store=store)
+    assert imported.returncode == 0, imported.stderr
+    ref = next(line.split()[1] for line in imported.stdout.splitlines() if line.startswith("version:"))
+    published = cli("publish", ref, "--config", str(REPO / "prefdata/world/checklist.yaml"),
+                    "--report-dir", str(root / "report"), store=store)
+    assert published.returncode == 0, published.stdout + published.stderr
+    general = write_sft_file(root / "general.jsonl", [(e.prompt, e.completion) for e in sft_data(TINY) if e.kind == "reverse"][:200])
+    heldout = write_sft_file(root / "heldout.jsonl", [(e.prompt, e.completion) for e in sft_data(TINY)[:40]])
+    return {"store": str(store), "ref": ref, "general": str(general), "heldout": str(heldout), "root": root}
+
+
+def base_config(dataset, world, **extra) -> dict:
+    return {"max_steps": 3, "per_device_train_batch_size": 8, "general_sft": dataset["general"],
+            "eval_sft": dataset["heldout"], "evaluator": "prefdata.world:evaluate",
+            "evaluator_kwargs": {"world": str(world.root)}, **extra}
+
+
+def changed_parameters(before_dir: Path, after_dir: Path) -> tuple[int, int]:
+    """(changed, total) weight tensors between two saved causal LMs."""
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(before_dir).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(after_dir).state_dict()
+    return sum(not a[k].equal(b[k]) for k in a), len(a)
+
+
+# -- refusing data that is not validated --------------------------------------------------------------
+
+
+def test_a_draft_or_tampered_version_is_refused(dataset, world, tmp_path):
+    from prefdata.store import Store
+    from prefdata.trainers import train
+
+    store = tmp_path / "store"
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in world_pairs(TINY, 8)))
+    draft = cli("import", str(tmp_path / "p.jsonl"), "--name", "draft", store=store)
+    ref = next(line.split()[1] for line in draft.stdout.splitlines() if line.startswith("version:"))
+    with pytest.raises(PrefdataError, match="is draft, not validated: run `prefdata publish"):
+        train("dpo", ref, base_config(dataset, world), store=str(store), base_model=world.sft, output_dir=tmp_path / "o")
+    # The CLI says it in one line with exit 2, no traceback.
+    out = cli("train", "dpo", "--dataset", ref, "--base-model", str(world.sft), store=store)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "not validated" in out.stderr
+
+    # A validated version whose files changed afterwards fails verify.
+    st = Store(dataset["store"])
+    folder = Path(st.path(dataset["ref"]))
+    victim = next(folder.rglob("*.parquet"))
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(Path(dataset["store"]), copy)
+    (copy / victim.relative_to(Path(dataset["store"]))).write_bytes(b"tampered")
+    with pytest.raises(PrefdataError, match="fails verification"):
+        train("dpo", dataset["ref"], base_config(dataset, world), store=str(copy), base_model=world.sft,
+              output_dir=tmp_path / "o2")
+
+
+def test_unknown_method_and_config_key_are_one_line(dataset, world, tmp_path):
+    out = cli("train", "kto", "--dataset", dataset["ref"], store=Path(dataset["store"]))
+    assert out.returncode == 2 and "unknown training method 'kto': use one of" in out.stderr and "dpo" in out.stderr
+    (tmp_path / "bad.yaml").write_text("learning_rat: 0.1\n")
+    out = cli("train", "dpo", "--dataset", dataset["ref"], "--config", str(tmp_path / "bad.yaml"),
+              "--base-model", str(world.sft), store=Path(dataset["store"]))
+    assert out.returncode == 2 and "unknown key(s) ['learning_rat']" in out.stderr and "learning_rate" in out.stderr
+
+
+# -- each method, a few real steps ----------------------------------------------------------------------
+
+
+def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_path):
+    from prefdata.trainers import train
+
+    result = train("dpo", dataset["ref"], base_config(dataset, world), store=dataset["store"],
+                   base_model=world.sft, output_dir=tmp_path / "dpo")
+    changed, total = changed_parameters(world.sft, result.model_dir)
+    assert changed > 0  # the merged LoRA moved the weights it targets
+    assert (result.model_dir / "adapter" / "adapter_config.json").is_file()
+    log = result.metrics["log"]
+    assert len(log) == 3 and all("loss" in row and "sft_loss" in row for row in log)  # the ptx term ran every step
+    assert result.metrics["sft_mix"] == {"sources": ["chosen", "general"], "ratio": 0.2, "pool": 58 + 200}
+    assert set(result.metrics["before"]) == {"preference_accuracy", "heldout_sft_loss", "task_accuracy", "general_accuracy"}
+    card = result.card.read_text()
+    record = json.loads((result.model_dir / "prefdata_train.json").read_text())
+    assert record["dataset"] == dataset["ref"] and record["dataset_hash"] == dataset["ref"].split("@")[1]
+    assert dataset["ref"] in card and "base_model:" in card and record["config"]["loss_type"] == ["sigmoid", "sft"]
+    assert record["config"]["bf16"] is False and record["config"]["activation_checkpointing"] is False
+    assert record["config"]["gradient_checkpointing"] is False  # the deprecated alias mirrors it
+
+
+def test_dpo_without_mixing_logs_no_sft_term(dataset, world, tmp_path):
+    from prefdata.trainers import train
+
+    result = train("dpo", dataset["ref"], base_config(dataset, world, sft_ratio=0.0, max_steps=2), store=dataset["store"],
+                   base_model=world.sft, output_dir=tmp_path / "dpo0")
+    assert result.metrics["sft_mix"]["ratio"] == 0.0 and all("sft_loss" not in row for row in result.metrics["log"])
+
+
+def test_grpo_trains_with_a_rule_reward(dataset, world, tmp_path):
+    from prefdata.trainers import train
+
+    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify"], num_generations=4,
+                         per_device_train_batch_size=8, max_completion_length=5, max_steps=2)
+    result = train("grpo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "grpo")
+    assert changed_parameters(world.sft, result.model_dir)[0] > 0
+    log = result.metrics["log"]
+    assert len(log) == 2 and all("reward" in row and "sft_loss" in row for row in log)
+    assert all(0.0 <= row["reward"] <= 1.0 for row in log)  # a verifier's mean pass rate
+
+
+def test_grpo_refuses_a_reward_it_cannot_load(dataset, world, tmp_path):
+    from prefdata.trainers import train
+
+    for rewards, needle in ((["rule:prefdata.world:no_such"], "cannot be loaded"), (["rm:/no/such/rm"], "not found"),
+                            (["verify"], "must start with rule: or rm:"), ([], "grpo needs rewards")):
+        with pytest.raises(UnusableInput, match=needle):
+            train("grpo", dataset["ref"], base_config(dataset, world, rewards=rewards), store=dataset["store"],
+                  base_model=world.sft, output_dir=tmp_path / "g")
+
+
+def test_rm_trains_a_scorer_the_checks_can_use(dataset, world, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from prefdata.trainers import train
+
+    result = train("rm", dataset["ref"], {"max_steps": 3, "per_device_train_batch_size": 8}, store=dataset["store"],
+                   base_model=world.sft, output_dir=tmp_path / "rm")
+    model = AutoModelForSequenceClassification.from_pretrained(result.model_dir)
+    assert model.config.num_labels == 1
+    assert 0.0 <= result.metrics["heldout_pairwise_accuracy"] <= 1.0
+    assert len(result.metrics["log"]) == 3 and all("loss" in row for row in result.metrics["log"])
+
+
+# -- DPO's math: our reading of TRL's loss, on the same inputs --------------------------------------------
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
+def test_dpo_loss_matches_the_formula_on_the_same_batch(world, loss_type):
+    """TRL's DPOTrainer loss on one batch equals the formula computed here from completion log-probs of
+    the policy and an explicit reference: sigmoid -log s(b * m) with m from summed log-probs, and IPO
+    (m - 1/(2b))^2 with m from per-token means (TRL normalises IPO by completion length, as its authors do)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from prefdata.trainers.common import lm_batch
+
+    tok = AutoTokenizer.from_pretrained(world.sft)
+    policy = AutoModelForCausalLM.from_pretrained(world.sft)
+    reference = AutoModelForCausalLM.from_pretrained(world.sft)
+    torch.manual_seed(0)
+    with torch.no_grad():  # make the policy differ from the reference
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rows = world_pairs(TINY, 4)
+    beta = 0.3
+    args = DPOConfig(output_dir="/tmp/unused", loss_type=[loss_type], beta=beta, bf16=False, report_to="none",
+                     per_device_train_batch_size=4, activation_checkpointing=False)
+    trainer = DPOTrainer(model=policy, ref_model=reference, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    policy.eval(), reference.eval()
+    with torch.no_grad():
+        trl_loss = trainer.compute_loss(policy, batch).item()
+
+    def summed(model, side):
+        b = lm_batch(tok, [(r["prompt"], r[side]) for r in rows], "cpu")
+        with torch.no_grad():
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[:, :-1]
+        labels = b["labels"][:, 1:]
+        logp = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        mask = labels != -100
+        total = (logp * mask).sum(1)
+        return total / mask.sum(1) if loss_type == "ipo" else total
+
+    margin = (summed(policy, "chosen") - summed(reference, "chosen")) - (summed(policy, "rejected") - summed(reference, "rejected"))
+    expected = (-torch.nn.functional.logsigmoid(beta * margin) if loss_type == "sigmoid" else (margin - 1 / (2 * beta)) ** 2).mean()
+    assert trl_loss == pytest.approx(expected.item(), rel=1e-4, abs=1e-5)
+
+
+# -- guards on crafted histories ----------------------------------------------------------------------------
+
+
+def test_flipped_labels_guard():
+    from prefdata.trainers.guards import FlippedLabels
+
+    healthy = [{"rewards/chosen": 0.01 * i, "rewards/rejected": -0.01 * i} for i in range(10)]
+    flipped = [{"rewards/chosen": -0.02 * i, "rewards/rejected": 0.01 * i} for i in range(10)]
+    assert FlippedLabels()(healthy) is None
+    assert "labels look flipped" in FlippedLabels()(flipped)
+    assert FlippedLabels()(flipped[:4]) is None  # too early to tell
+
+
+def test_chosen_collapse_guard():
+    from prefdata.trainers.guards import ChosenCollapse
+
+    falling = [{"rewards/chosen": -0.3 * i, "rewards/rejected": -0.5 * i} for i in range(12)]  # margin grows, chosen sinks
+    steady = [{"rewards/chosen": 0.1, "rewards/rejected": -0.2}] * 12
+    assert "add the sft loss term" in ChosenCollapse()(falling)
+    assert ChosenCollapse()(steady) is None
+
+
+def test_kl_guards():
+    from prefdata.trainers.guards import KLAbove, KLCollapse
+
+    hacking = [{"kl": 0.05, "reward": 0.1}] * 10 + [{"kl": 0.004, "reward": 0.9}] * 5
+    healthy = [{"kl": 0.05, "reward": 0.1 + 0.05 * i} for i in range(15)]
+    assert "hacking the reward" in KLCollapse()(hacking)
+    assert KLCollapse()(healthy) is None
+    assert KLCollapse()([{"kl": 0.0, "reward": r} for r in range(15)]) is None  # never left the reference
+    assert "above the bound" in KLAbove(bound=0.2)([{"kl": 0.3}] * 3)
+    assert KLAbove(bound=0.2)([{"kl": 0.1}] * 3) is None
+
+
+def test_flat_advantages_guard():
+    from prefdata.trainers.guards import FlatAdvantages
+
+    assert "advantages are all ~0" in FlatAdvantages()([{"frac_reward_zero_std": 1.0}] * 5)
+    assert FlatAdvantages()([{"frac_reward_zero_std": 1.0}] * 4 + [{"frac_reward_zero_std": 0.5}]) is None
+
+
+def test_a_guard_stops_a_real_dpo_run(dataset, world, tmp_path, monkeypatch):
+    """A guard that fires on the first log stops TRL's loop and the run ends with GuardTripped (exit 1)."""
+    from prefdata.trainers import dpo, guards, train
+
+    monkeypatch.setattr(dpo, "defaults", lambda method: [lambda history: "crafted alarm" if history else None])
+    with pytest.raises(guards.GuardTripped, match="dpo stopped at step 1: crafted alarm"):
+        train("dpo", dataset["ref"], base_config(dataset, world, max_steps=5), store=dataset["store"],
+              base_model=world.sft, output_dir=tmp_path / "guarded")
+    assert guards.GuardTripped.exit_code == 1
+
+
+# -- mixing and the registry ---------------------------------------------------------------------------------
+
+
+def test_sft_batch_size_and_mixer_draws():
+    from transformers import AutoTokenizer  # noqa: F401 - the mixer needs a tokenizer; the world's is enough
+
+    from prefdata.trainers.common import sft_batch_size
+    from prefdata.trainers.mixing import SFTMixer
+    from prefdata.world import build_tokenizer
+
+    assert [sft_batch_size(b, r) for b, r in ((16, 0.2), (8, 0.2), (5, 0.2), (16, 0.0))] == [4, 2, 1, 0]
+    mixer = SFTMixer([("1+1=", "0002")], build_tokenizer(), 3)
+    with pytest.raises(ValueError):
+        SFTMixer([], build_tokenizer(), 3)
+    assert mixer.batch_size == 3
+
+
+def test_entry_point_plugins_are_found(tmp_path):
+    """An outside package registers a method through the `prefdata.trainers` entry-point group."""
+    pkg = tmp_path / "site"
+    (pkg / "extra_trainer.py").parent.mkdir(parents=True)
+    (pkg / "extra_trainer.py").write_text(
+        "from dataclasses import dataclass\nfrom prefdata.trainers import Plugin\n"
+        "@dataclass\nclass Cfg:\n    base_model: str | None = None\n"
+        "plugin = Plugin('extra', Cfg, lambda *a: None, 'an outside method')\n")
+    dist = pkg / "extra_trainer-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-trainer\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[prefdata.trainers]\nextra = extra_trainer:plugin\ndpo = extra_trainer:plugin\n")
+    code = ("from prefdata.trainers import methods, load, targets\nimport sys\n"
+            "print(methods()); print(load('extra').description); print(targets()['dpo'])\n"
+            "print('torch' in sys.modules, 'trl' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(pkg)})
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['dpo', 'extra', 'grpo', 'ppo', 'rm']", out.stderr
+    assert lines[1] == "an outside method"
+    assert lines[2] == "prefdata.trainers.dpo:plugin"  # a plugin cannot shadow a built-in
+    assert lines[3] == "False False"  # listing and loading an outside plugin imports neither torch nor TRL

@@ -1,0 +1,352 @@
+"""What every trainer plugin shares: the validated data it trains from, the SFT mix against the
+alignment tax, the LoRA set-up, evaluation before and after, and the model card.
+
+No plugin trains from a version that is not validated or fails `verify`: the card it writes names
+the version and its content hash, so a model can always be traced to the exact data behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from prefdata.errors import PrefdataError, UnusableInput
+
+DEFAULT_SFT_RATIO = 0.2  # seed pitfall 6: "1 preference pair : 0.2 SFT"
+
+
+@dataclass
+class MixConfig:
+    """The fields every method adds to its own config (TRL's, where one exists)."""
+
+    base_model: str | None = field(default=None, metadata={"help": "The SFT model to start from: a folder or a hub name (from_pretrained)."})
+    general_sft: str | None = field(default=None, metadata={"help": "JSONL/Parquet with prompt, completion: the general SFT data the base model was trained on, mixed in against the alignment tax."})
+    sft_sources: list[str] = field(default_factory=lambda: ["chosen", "general"], metadata={"help": "SFT data to mix in: 'chosen' (the version's chosen-only subset, checklist item 11) and/or 'general' (general_sft)."})
+    sft_ratio: float = field(default=DEFAULT_SFT_RATIO, metadata={"help": "SFT examples per preference example in each step; 0 turns mixing off."})
+    sft_weight: float = field(default=1.0, metadata={"help": "Weight of the mixed-in next-token loss (the ptx term)."})
+    eval_sft: str | None = field(default=None, metadata={"help": "JSONL/Parquet with prompt, completion held out from training: its loss before and after is the alignment tax."})
+    evaluator: str | None = field(default=None, metadata={"help": "'module:function' taking a model folder and returning {metric: value}, run before and after (e.g. prefdata.world:evaluate)."})
+    evaluator_kwargs: dict | None = field(default=None, metadata={"help": "Keyword arguments for the evaluator (e.g. {world: .prefdata/world/KEY})."})
+    use_lora: bool = field(default=True, metadata={"help": "Train LoRA adapters (PEFT); the reference policy is the base with adapters disabled."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    guards: bool = field(default=True, metadata={"help": "Stop the run when a guard from the KL tuning table fires."})
+
+
+@dataclass
+class TrainResult:
+    method: str
+    dataset: str
+    model_dir: Path
+    card: Path
+    metrics: dict[str, Any]
+
+
+@dataclass
+class TrainingData:
+    ref: str
+    content_hash: str
+    manifest: dict[str, Any]
+    train: list[dict[str, str]]      # prompt, chosen, rejected
+    eval: list[dict[str, str]]       # held-out pairs for the preference metric
+    chosen_sft: list[tuple[str, str]]  # (prompt, completion): the version's chosen-only subset
+
+
+def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, seed: int = 0) -> TrainingData:
+    """The pairs of a validated, intact version. Its `test`/`eval` split is the held-out set when it
+    has one; otherwise a fixed share of prompts is held out (by prompt, so no prompt is in both)."""
+    import polars as pl
+
+    from prefdata.store import Store
+
+    st = Store(store)
+    v = st.get(ref)
+    if v.status != "validated":
+        raise PrefdataError(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
+    problems = st.verify(v.ref)
+    if problems:
+        raise PrefdataError(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files changed after validation")
+    pairs = st.load(v.ref)
+    columns = ["prompt", "chosen", "rejected"]
+    split = pairs["split"].fill_null("train") if "split" in pairs.columns else None
+    if split is not None and split.is_in(["test", "eval"]).any():
+        held = split.is_in(["test", "eval"])
+        train, held_out = pairs.filter(~held), pairs.filter(held)
+    else:
+        prompts = sorted(pairs["prompt"].unique().to_list())
+        random.Random(seed).shuffle(prompts)
+        held_prompts = set(prompts[: max(1, int(len(prompts) * eval_share))]) if len(prompts) > 1 else set()
+        mask = pairs["prompt"].is_in(list(held_prompts))
+        train, held_out = pairs.filter(~mask), pairs.filter(mask)
+    if train.height == 0:
+        raise UnusableInput(f"{v.ref} has no training pairs")
+    # The chosen-only subset, minus held-out prompts: mixing those in would leak the eval pairs' answers.
+    sft = st.load(v.ref, "sft").filter(pl.col("prompt").is_in(train["prompt"].unique().to_list()))
+    return TrainingData(v.ref, v.version, v.manifest, train.select(columns).to_dicts(), held_out.select(columns).to_dicts(),
+                        list(zip(sft["prompt"].to_list(), sft["completion"].to_list())))
+
+
+def read_sft_file(path: str | Path) -> list[tuple[str, str]]:
+    """(prompt, completion) rows from JSONL or Parquet; a missing column or a non-text value names the row."""
+    import polars as pl
+
+    path = Path(path)
+    if not path.is_file():
+        raise UnusableInput(f"SFT file {path} not found: give a JSONL or Parquet file with prompt and completion columns")
+    try:
+        frame = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_ndjson(path)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is the file's problem
+        raise UnusableInput(f"{path}: cannot read it as {'Parquet' if path.suffix == '.parquet' else 'JSONL'} ({exc})") from None
+    missing = {"prompt", "completion"} - set(frame.columns)
+    if missing:
+        raise UnusableInput(f"{path}: missing column(s) {sorted(missing)}; an SFT file needs prompt and completion")
+    for col in ("prompt", "completion"):
+        if frame[col].dtype != pl.String:
+            raise UnusableInput(f"{path}: column {col!r} is {frame[col].dtype}, not text")
+        bad = frame.with_row_index("row").filter(pl.col(col).is_null())
+        if bad.height:
+            raise UnusableInput(f"{path}: row {bad['row'][0] + 1} has no {col}; remove or fill it")
+    return list(zip(frame["prompt"].to_list(), frame["completion"].to_list()))
+
+
+def write_sft_file(path: str | Path, examples: list[tuple[str, str]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for prompt, completion in examples:
+            out.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
+    return path
+
+
+def sft_pool(mix: MixConfig, data: TrainingData) -> list[tuple[str, str]]:
+    """The SFT examples mixed into preference training, from the configured sources."""
+    unknown = set(mix.sft_sources) - {"chosen", "general"}
+    if unknown:
+        raise UnusableInput(f"sft_sources: unknown {sorted(unknown)}; use 'chosen' and/or 'general'")
+    pool: list[tuple[str, str]] = []
+    if "chosen" in mix.sft_sources:
+        pool += data.chosen_sft
+    if "general" in mix.sft_sources and mix.general_sft:
+        pool += read_sft_file(mix.general_sft)
+    return pool
+
+
+def sft_batch_size(batch_size: int, ratio: float) -> int:
+    """SFT examples per step for `batch_size` preference examples: ceil(batch * ratio), 0 when off."""
+    return math.ceil(batch_size * ratio) if ratio > 0 else 0
+
+
+# -- configs ---------------------------------------------------------------------------------------
+
+
+def parse_config(cls: type, values: dict[str, Any] | None) -> Any:
+    """A config dataclass from a YAML mapping: unknown keys and wrong types are one clear line."""
+    values = dict(values or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        close = {k: [n for n in known if n.startswith(k[:4])][:3] for k in unknown}
+        raise UnusableInput(f"config: unknown key(s) {unknown} for {cls.__name__}" +
+                            "".join(f"; did you mean {c}?" for c in close.values() if c))
+    try:
+        from transformers import HfArgumentParser
+
+        (config,) = HfArgumentParser(cls).parse_dict(values, allow_extra_keys=False)
+    except (TypeError, ValueError) as exc:
+        raise UnusableInput(f"config for {cls.__name__}: {exc}") from None
+    return config
+
+
+def load_config_file(path: str | Path | None) -> dict[str, Any]:
+    import yaml
+
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise UnusableInput(f"config file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UnusableInput(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UnusableInput(f"{path}: a trainer config is a mapping of field: value")
+    return data
+
+
+def config_record(config: Any) -> dict[str, Any]:
+    """The config as plain data for the card. TrainingArguments.to_dict() already masks hub tokens;
+    any other field named like a secret is dropped all the same."""
+    data = config.to_dict() if hasattr(config, "to_dict") else asdict(config) if is_dataclass(config) else dict(config)
+    secret = ("token", "api_key", "password", "secret")
+    return {k: v for k, v in data.items() if not k.startswith("_") and not any(s in k.lower() for s in secret)
+            or k.endswith("_tokens")}
+
+
+def cpu_precision() -> dict[str, bool]:
+    """TRL 1.16 defaults bf16 and gradient checkpointing to True even on CPU: off there, bf16 on a GPU."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"bf16": cuda and torch.cuda.is_bf16_supported(), "activation_checkpointing": False}
+
+
+def lora_config(mix: MixConfig, task_type: str = "CAUSAL_LM"):
+    from peft import LoraConfig
+
+    return LoraConfig(r=mix.lora_r, lora_alpha=mix.lora_alpha, lora_dropout=mix.lora_dropout,
+                      target_modules="all-linear", task_type=task_type)
+
+
+# -- evaluation --------------------------------------------------------------------------------------
+
+
+def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | None:
+    if not spec:
+        return None
+    import importlib
+
+    module, _, name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise UnusableInput(f"evaluator {spec!r} cannot be loaded ({exc}); give 'module:function'") from None
+
+
+def sft_loss(model, tokenizer, examples: list[tuple[str, str]], batch_size: int = 32) -> float:
+    """Mean next-token loss of the completions given their prompts: the held-out SFT loss."""
+    import torch
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.inference_mode():
+        for lo in range(0, len(examples), batch_size):
+            batch = lm_batch(tokenizer, examples[lo:lo + batch_size], model.device)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+            labels = batch["labels"][:, 1:]
+            losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), labels, ignore_index=-100, reduction="sum")
+            total += losses.item()
+            count += int((labels != -100).sum())
+    return total / max(count, 1)
+
+
+def lm_batch(tokenizer, examples: list[tuple[str, str]], device) -> dict:
+    """prompt+completion+eos, right-padded, labels -100 on the prompt and the padding."""
+    import torch
+
+    rows = []
+    for prompt, completion in examples:
+        p = tokenizer(prompt)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append((p + c, [-100] * len(p) + c))
+    width = max(len(ids) for ids, _ in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows], device=device)
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r, _ in rows], device=device)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def preference_accuracy(model, tokenizer, pairs: list[dict[str, str]]) -> float | None:
+    """Share of held-out pairs where the model gives the chosen completion a higher mean token log-prob
+    than the rejected one (seed pitfall 3's sanity check; > 0.6 expected after training)."""
+    if not pairs:
+        return None
+    chosen = _mean_logps(model, tokenizer, [(p["prompt"], p["chosen"]) for p in pairs])
+    rejected = _mean_logps(model, tokenizer, [(p["prompt"], p["rejected"]) for p in pairs])
+    return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
+
+
+def _mean_logps(model, tokenizer, examples, batch_size: int = 32) -> list[float]:
+    import torch
+
+    out: list[float] = []
+    model.eval()
+    with torch.inference_mode():
+        for lo in range(0, len(examples), batch_size):
+            batch = lm_batch(tokenizer, examples[lo:lo + batch_size], model.device)
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+            labels = batch["labels"][:, 1:]
+            mask = labels != -100
+            logps = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            out += ((logps * mask).sum(1) / mask.sum(1)).tolist()
+    return out
+
+
+def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) -> dict[str, float]:
+    """The figures a run reports before and after: preference accuracy on held-out pairs, held-out SFT
+    loss (the alignment tax), and whatever the configured evaluator measures."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    metrics: dict[str, float] = {}
+    accuracy = preference_accuracy(model, tokenizer, data.eval)
+    if accuracy is not None:
+        metrics["preference_accuracy"] = accuracy
+    if mix.eval_sft:
+        metrics["heldout_sft_loss"] = sft_loss(model, tokenizer, read_sft_file(mix.eval_sft))
+    del model
+    evaluator = load_evaluator(mix.evaluator)
+    if evaluator is not None:
+        metrics.update(evaluator(Path(model_dir), **(mix.evaluator_kwargs or {})))
+    return metrics
+
+
+def before_after(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    return {"before": before, "after": after,
+            "change": {k: after[k] - before[k] for k in after if k in before and before[k] is not None}}
+
+
+# -- saving ----------------------------------------------------------------------------------------
+
+
+def save_merged(model, tokenizer, output_dir: Path) -> Path:
+    """Save the trained model so `from_pretrained(output_dir)` loads it: LoRA merged into the base
+    weights, the adapter itself kept under adapter/ for reuse on the same base."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "merge_and_unload"):
+        model.save_pretrained(output_dir / "adapter")
+        model = model.merge_and_unload()
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+def write_card(output_dir: Path, method: str, data: TrainingData, base_model: str, config: Any,
+               metrics: dict[str, Any]) -> Path:
+    """README.md with a YAML header naming the base model and the exact dataset version and hash."""
+    import yaml
+
+    header = {
+        "base_model": base_model,
+        "library_name": "transformers",
+        "tags": ["prefdata", method, "trl", "peft"],
+        "prefdata": {"method": method, "dataset": data.ref, "dataset_hash": data.content_hash,
+                     "config": config_record(config), "metrics": metrics},
+    }
+    body = [
+        "---", yaml.safe_dump(json.loads(json.dumps(header, default=str)), sort_keys=False).rstrip(), "---",
+        f"# {method} from {data.ref}", "",
+        f"Trained by prefdata `{method}` from the validated dataset version `{data.ref}` "
+        f"(content hash `{data.content_hash}`), starting from `{base_model}`.", "",
+        "```json", json.dumps(metrics, indent=2, default=str), "```", "",
+    ]
+    card = output_dir / "README.md"
+    card.write_text("\n".join(body), encoding="utf-8")
+    (output_dir / "prefdata_train.json").write_text(json.dumps(header["prefdata"], indent=2, default=str) + "\n")
+    return card
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def seconds(self) -> float:
+        return round(time.perf_counter() - self.start, 2)

@@ -1,0 +1,104 @@
+"""`dpo`: TRL's DPOTrainer on LoRA adapters, the reference being the base with adapters disabled.
+
+Defaults are the settings that made DPO help on the demo world (bench/RESULTS.md): the `sft` loss
+term beside `sigmoid` (TRL 1.16 has no `rpo_alpha`; `loss_type=["sigmoid", "sft"]` with
+`loss_weights` is its form), and SFT batches mixed in each step (the ptx term). Plain sigmoid DPO on
+pairs whose sides differ by a digit pushes both likelihoods down; the ChosenCollapse guard stops
+such a run with a message naming the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trl import DPOConfig, DPOTrainer
+
+from prefdata.trainers import Plugin
+from prefdata.trainers.common import (
+    MixConfig,
+    Timer,
+    TrainingData,
+    before_after,
+    cpu_precision,
+    evaluate_model,
+    lora_config,
+    save_merged,
+    sft_batch_size,
+    sft_pool,
+)
+from prefdata.trainers.guards import GuardTripped, defaults, guard_callback
+from prefdata.trainers.mixing import SFTMixer, with_sft_mix
+
+
+@dataclass
+class DPOTrainConfig(DPOConfig, MixConfig):
+    """TRL's DPOConfig plus prefdata's mixing, LoRA and evaluation fields (MixConfig)."""
+
+    loss_type: list[str] = field(default_factory=lambda: ["sigmoid", "sft"], metadata={"help": "TRL DPO loss types, combined with loss_weights."})
+    loss_weights: list[float] | None = field(default_factory=lambda: [1.0, 1.0], metadata={"help": "One weight per loss type."})
+    beta: float = field(default=0.1, metadata={"help": "KL strength of DPO's implicit reward."})
+    learning_rate: float = field(default=5e-4, metadata={"help": "LoRA learning rate."})
+    max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
+    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
+    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
+    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
+    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
+    max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
+
+    def __post_init__(self):
+        if self.bf16 is None:
+            self.bf16 = cpu_precision()["bf16"]
+        super().__post_init__()
+
+
+def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    timer = Timer()
+    before = evaluate_model(cfg.base_model, cfg, data)
+    log(f"dpo: before {before}")
+    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
+    guards = guard_callback(defaults("dpo") if cfg.guards else [])
+    pool = sft_pool(cfg, data)
+    trainer_cls = with_sft_mix(DPOTrainer) if pool and cfg.sft_ratio > 0 else DPOTrainer
+    cfg.output_dir = str(output_dir / "trainer")
+    trainer = trainer_cls(
+        model=model, ref_model=None, args=cfg, train_dataset=Dataset.from_list(data.train),
+        processing_class=tokenizer, callbacks=[guards], peft_config=lora_config(cfg) if cfg.use_lora else None,
+    )
+    if trainer_cls is not DPOTrainer:
+        trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(cfg.per_device_train_batch_size, cfg.sft_ratio),
+                                     cfg.sft_weight, cfg.seed)
+    train_timer = Timer()
+    trainer.train()
+    train_seconds = train_timer.seconds()
+    if guards.alarm:
+        raise GuardTripped(f"dpo stopped at step {trainer.state.global_step}: {guards.alarm}")
+    save_merged(trainer.model, tokenizer, output_dir)
+    after = evaluate_model(output_dir, cfg, data)
+    log(f"dpo: after {after}")
+    history = [h for h in guards.history if "loss" in h]
+    metrics = {
+        **before_after(before, after),
+        "steps": trainer.state.global_step,
+        "train_seconds": train_seconds,
+        "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
+        "seconds": timer.seconds(),
+        "final": {k: history[-1][k] for k in ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
+                                               "rewards/accuracies", "sft_loss") if history and k in history[-1]},
+        "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
+        "log": history,
+    }
+    return output_dir, metrics
+
+
+plugin = Plugin("dpo", DPOTrainConfig, run, "Direct Preference Optimization (TRL DPOTrainer) on LoRA adapters")

@@ -1,0 +1,143 @@
+"""`grpo`: TRL's GRPOTrainer on LoRA adapters, rewards from a rule verifier, a reward model, or both.
+
+    rewards: ["rule:prefdata.world:verify"]      a function (prompt, completion) -> bool | float
+    rewards: ["rm:.prefdata/runs/rm-x"]          a sequence-classification reward model folder
+
+The prompts are the validated version's training prompts (each once). A ptx term (SFT batches, see
+mixing.py) protects skills the prompts never touch. Guards: KL above a bound, KL collapsing while
+the reward climbs, and advantages all ~0 (every group scored alike: group too small or reward flat).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trl import GRPOConfig, GRPOTrainer
+
+from prefdata.errors import UnusableInput
+from prefdata.trainers import Plugin
+from prefdata.trainers.common import (
+    MixConfig,
+    Timer,
+    TrainingData,
+    before_after,
+    cpu_precision,
+    evaluate_model,
+    lora_config,
+    save_merged,
+    sft_batch_size,
+    sft_pool,
+)
+from prefdata.trainers.guards import GuardTripped, defaults, guard_callback
+from prefdata.trainers.mixing import SFTMixer, with_sft_mix
+
+
+@dataclass
+class GRPOTrainConfig(GRPOConfig, MixConfig):
+    """TRL's GRPOConfig plus prefdata's rewards, mixing, LoRA and evaluation fields."""
+
+    rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources: 'rule:module:function' and/or 'rm:PATH'; weighted by reward_weights."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "LoRA learning rate."})
+    max_steps: int = field(default=60, metadata={"help": "Optimizer steps."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Completions per step and device (prompts x num_generations)."})
+    num_generations: int | None = field(default=8, metadata={"help": "Completions per prompt (the group); must divide the generation batch."})
+    max_completion_length: int | None = field(default=8, metadata={"help": "Tokens per completion."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for the group."})
+    beta: float = field(default=0.04, metadata={"help": "KL coefficient (seed table: 0.02-0.06 for GRPO)."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
+    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
+    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
+    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
+    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
+
+    def __post_init__(self):
+        if self.bf16 is None:
+            self.bf16 = cpu_precision()["bf16"]
+        super().__post_init__()
+
+
+def rule_reward(spec: str) -> Callable:
+    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
+    module, _, name = spec.partition(":")
+    try:
+        verifier = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UnusableInput(f"rewards: rule:{spec} cannot be loaded ({exc}); give rule:module:function") from None
+
+    def reward(prompts, completions, completion_ids=None, **_):
+        return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
+
+    reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
+    return reward
+
+
+def reward_funcs(specs: list[str]) -> list:
+    if not specs:
+        raise UnusableInput("grpo needs rewards: e.g. rewards: ['rule:prefdata.world:verify'] or ['rm:PATH']")
+    out = []
+    for spec in specs:
+        kind, _, target = spec.partition(":")
+        if kind == "rule":
+            out.append(rule_reward(target))
+        elif kind == "rm":
+            if not Path(target).exists():
+                raise UnusableInput(f"rewards: reward model {target} not found; train one with `prefdata train rm`")
+            out.append(target)  # TRL loads a sequence-classification model from a path
+        else:
+            raise UnusableInput(f"rewards: {spec!r} must start with rule: or rm:")
+    return out
+
+
+def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    timer = Timer()
+    funcs = reward_funcs(cfg.rewards)
+    before = evaluate_model(cfg.base_model, cfg, data)
+    log(f"grpo: before {before}")
+    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
+    prompts = sorted({row["prompt"] for row in data.train})
+    guards = guard_callback(defaults("grpo") if cfg.guards else [])
+    pool = sft_pool(cfg, data)
+    trainer_cls = with_sft_mix(GRPOTrainer) if pool and cfg.sft_ratio > 0 else GRPOTrainer
+    cfg.output_dir = str(output_dir / "trainer")
+    trainer = trainer_cls(
+        model=model, reward_funcs=funcs, args=cfg, train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+        processing_class=tokenizer, callbacks=[guards], peft_config=lora_config(cfg) if cfg.use_lora else None,
+    )
+    if trainer_cls is not GRPOTrainer:
+        # Per optimizer step: sft_ratio SFT examples per prompt of the step's groups.
+        prompts_per_step = max(1, cfg.per_device_train_batch_size // (cfg.num_generations or 1))
+        trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(prompts_per_step, cfg.sft_ratio), cfg.sft_weight, cfg.seed)
+    train_timer = Timer()
+    trainer.train()
+    train_seconds = train_timer.seconds()
+    if guards.alarm:
+        raise GuardTripped(f"grpo stopped at step {trainer.state.global_step}: {guards.alarm}")
+    save_merged(trainer.model, tokenizer, output_dir)
+    after = evaluate_model(output_dir, cfg, data)
+    log(f"grpo: after {after}")
+    history = [h for h in guards.history if "loss" in h]
+    metrics = {
+        **before_after(before, after),
+        "steps": trainer.state.global_step,
+        "train_seconds": train_seconds,
+        "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
+        "seconds": timer.seconds(),
+        "final": {k: history[-1][k] for k in ("loss", "reward", "reward_std", "kl", "frac_reward_zero_std", "sft_loss")
+                  if history and k in history[-1]},
+        "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
+        "log": history,
+    }
+    return output_dir, metrics
+
+
+plugin = Plugin("grpo", GRPOTrainConfig, run, "Group Relative Policy Optimization (TRL GRPOTrainer) on LoRA adapters")
