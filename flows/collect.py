@@ -113,10 +113,18 @@ def task_runner(engine: Engine):
 
     if engine.runner == "threads":
         return ThreadPoolTaskRunner()
+    if engine.runner == "ray":
+        try:
+            from prefect_ray import RayTaskRunner
+        except ImportError:
+            from prefdata.errors import UnusableInput
+
+            raise UnusableInput("engine runner 'ray' needs prefect-ray: pip install prefect-ray") from None
+        return RayTaskRunner(address=engine.address) if engine.address else RayTaskRunner()
     from prefect_dask import DaskTaskRunner
 
-    if engine.dask_address:
-        return DaskTaskRunner(address=engine.dask_address)
+    if engine.address:
+        return DaskTaskRunner(address=engine.address)
     # One thread per worker process: torch parallelises inside a task, and threads would share its RNG.
     return DaskTaskRunner(cluster_class="distributed.LocalCluster",
                           cluster_kwargs={"n_workers": engine.dask_workers, "threads_per_worker": 1,

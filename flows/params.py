@@ -117,10 +117,11 @@ class Humans(_Params):
 
 
 class Engine(_Params):
-    runner: Literal["threads", "dask"] = Field("threads", description="threads: this process; dask: sampling and "
-                                                                      "judging tasks fan out to Dask workers.")
-    dask_address: str | None = Field(None, description="A running Dask scheduler (tcp://host:8786); None starts a "
-                                                       "local cluster of dask_workers processes for the run.")
+    runner: Literal["threads", "dask", "ray"] = Field(
+        "threads", description="threads: this process; dask: sampling and judging fan out to Dask workers; ray: to a "
+                               "Ray cluster (needs prefect-ray, not installed by default).")
+    address: str | None = Field(None, description="A running Dask scheduler (tcp://host:8786) or Ray head "
+                                                       "(ray://host:10001); None starts a local cluster for the run.")
     dask_workers: int = Field(2, ge=1)
     cache_dir: str | None = Field(None, description="Where sampling and judging results persist (the resume cache); "
                                                     "None: Prefect's result storage ($PREFECT_HOME/storage).")
@@ -128,8 +129,8 @@ class Engine(_Params):
 
     @model_validator(mode="after")
     def _address(self) -> "Engine":
-        if self.dask_address and self.runner != "dask":
-            raise ValueError(f"engine: dask_address={self.dask_address!r} needs runner='dask' (got {self.runner!r})")
+        if self.address and self.runner == "threads":
+            raise ValueError(f"engine: address={self.address!r} needs runner 'dask' or 'ray'")
         return self
 
 

@@ -290,6 +290,77 @@ def test_judging_goes_through_the_global_concurrency_limit(prefect_api, world, t
         assert state.is_failed() and server.requests == []
 
 
+# -- Argilla -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def argilla_server(tmp_path_factory):
+    """A real argilla-server on 127.0.0.1 (prefdata.argilla's manager; its venv is shared and cached)."""
+    pytest.importorskip("prefdata.argilla")
+    from prefdata.argilla.server import LocalArgilla, free_port
+    from prefdata.errors import PrefdataError
+
+    server = LocalArgilla(tmp_path_factory.mktemp("argilla"), venv=REPO / ".prefdata" / "argilla" / "venv")
+    try:
+        server.ensure_venv(log=print)
+    except PrefdataError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build argilla-server: {exc}")
+        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    yield server.start(port=free_port(), log=print)
+    server.stop()
+
+
+def test_collect_sends_the_human_share_through_argilla(prefect_api, world, argilla_server, tmp_path, monkeypatch):
+    """Two annotators answer in Argilla, through its HTTP API, as the web UI does; collect waits for
+    both votes on every queued pair and stores them."""
+    import threading
+
+    import httpx
+
+    from prefdata.argilla import add_user
+    from prefdata.flows.params import Argilla
+    from prefdata.world import SimulatedAnnotator
+
+    info = argilla_server
+    monkeypatch.setenv("ARGILLA_API_KEY", info.api_key)
+    keys = {name: add_user(url=info.url, api_key=info.api_key, username=name, password=f"pw-{name}-secret")
+            for name in ("ann1", "ann2")}
+    expected: dict[tuple[str, str], str] = {}
+    stop = threading.Event()
+
+    def annotate():
+        owner = httpx.Client(base_url=info.url, headers={"X-Argilla-Api-Key": info.api_key}, timeout=30)
+        while not stop.wait(0.5):
+            found = [d for d in owner.get("/api/v1/me/datasets").json()["items"] if d["name"] == "flows-test"]
+            records = owner.get(f"/api/v1/datasets/{found[0]['id']}/records",
+                                params={"limit": 1000}).json()["items"] if found else []
+            for record in records:
+                pair_id, order, fields = record["metadata"]["pair_id"], record["metadata"]["order"], record["fields"]
+                for name, key in keys.items():
+                    if (pair_id, name) in expected:
+                        continue
+                    shown = SimulatedAnnotator(name, accuracy=0.9).vote(
+                        pair_id, fields["prompt"], fields["response_a"], fields["response_b"])
+                    response = httpx.post(f"{info.url}/api/v1/records/{record['id']}/responses", timeout=30,
+                                          headers={"X-Argilla-Api-Key": key},
+                                          json={"values": {"preference": {"value": shown}}, "status": "submitted"})
+                    assert response.status_code == 201, response.text
+                    expected[(pair_id, name)] = {"ab": shown, "ba": {"a": "b", "b": "a", "tie": "tie"}[shown]}[order]
+
+    annotators = threading.Thread(target=annotate, daemon=True)
+    annotators.start()
+    try:
+        spec = Argilla(url=info.url, dataset="flows-test", overlap=2, wait_s=120, poll_s=1)
+        result = run_collect(tmp_path, humans=Humans(queue_dir=str(tmp_path / "q"), argilla=spec))
+    finally:
+        stop.set()
+        annotators.join(timeout=30)
+    votes = Store(str(tmp_path / "store")).load(result["version"], "votes")
+    assert result["queued"] > 0 and votes.height == 2 * result["queued"]
+    assert {(p, a): v for p, a, v in votes.select("pair_id", "annotator", "vote").rows()} == expected
+
+
 # -- scale-out -----------------------------------------------------------------------------------
 
 
@@ -299,7 +370,7 @@ def test_dask_workers_give_the_same_dataset_as_one_process(prefect_api, world, t
     sequential = run_collect(tmp_path / "threads")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client, get_task_stream(client=client) as stream:
-        engine = Engine(runner="dask", dask_address=cluster.scheduler_address, cache_dir=str(tmp_path / "dask-cache"))
+        engine = Engine(runner="dask", address=cluster.scheduler_address, cache_dir=str(tmp_path / "dask-cache"))
         distributed = run_collect(tmp_path / "dask", engine=engine)
     workers = {t["worker"] for t in stream.data}
     assert len(workers) == 2, f"tasks ran on {workers}"  # both worker processes sampled or judged
@@ -379,12 +450,17 @@ def test_parameters_refuse_what_cannot_work():
 
     with pytest.raises(ValidationError, match="needs base_url and model"):
         Judge(kind="llm")
-    with pytest.raises(ValidationError, match="dask_address"):
-        Engine(dask_address="tcp://127.0.0.1:8786")
+    with pytest.raises(ValidationError, match="address"):
+        Engine(address="tcp://127.0.0.1:8786")
     with pytest.raises(ValidationError, match="extra"):
         Policy(candidats=4)
 
 
-def test_collect_names_a_missing_prompt_file(prefect_api, tmp_path):
+def test_collect_names_a_missing_prompt_file_and_a_missing_engine(prefect_api, world, tmp_path):
     with pytest.raises(UnusableInput, match="no-such.txt is not a file"):
         run_collect(tmp_path, prompts=Prompts(source=str(tmp_path / "no-such.txt")))
+    try:
+        import prefect_ray  # noqa: F401
+    except ImportError:
+        with pytest.raises(UnusableInput, match="needs prefect-ray: pip install prefect-ray"):
+            run_collect(tmp_path, engine=Engine(runner="ray"))
