@@ -1,0 +1,255 @@
+"""PPO for real on the demo world's tiny Llama (built into a tmp cache in seconds): real rollouts,
+a rule reward, LoRA updates through PEFT, the reference as the base with the adapter disabled, a
+reward model folder, the merged save, the ptx term, and callbacks that stop the run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+# As test_world does: passive OpenMP waiting keeps two threads usable on a shared machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from prefdata.trainers.ppo import (
+    KLBoundExceeded,
+    PPOConfig,
+    RewardModelScorer,
+    forward_response,
+    load_policy,
+    response_mask,
+    run_ppo,
+    train,
+)
+from prefdata.world import WorldConfig, build_world, sampling_prompts, sft_data, verify
+
+torch.set_num_threads(2)
+
+# tests/test_world.py's TINY (a real 23k-parameter Llama) trained 150 steps instead of 30 (~13 s):
+# long enough that it answers in the world's format ("0405"), so a reward has something to move.
+# After 30 steps its logits are still near the small initial embeddings and barely respond to LoRA.
+TINY = WorldConfig(
+    n_sft=2_000, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=150,
+    batch_size=32, warmup_steps=5, n_eval_task=40, n_eval_general=20,
+)
+# Small and fast; a high lr so a handful of steps moves the 23k-parameter model measurably.
+FAST = PPOConfig(steps=3, batch_size=8, mini_batch_size=4, ppo_epochs=2, max_new_tokens=6, lr=1e-2, lora_r=4,
+                 lora_alpha=8, max_kl=None)
+
+
+def digit_reward(prompts: list[str], completions: list[str]) -> list[float]:
+    """The verifier's 1.0 for a right answer, plus the share of digits: the tiny model samples
+    mostly letters, so this rule reward varies from the first batch on and PPO has a signal."""
+    return [float(verify(p, c)) + sum(ch.isdigit() for ch in c) / max(len(c), 1) for p, c in zip(prompts, completions)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return build_world(TINY, cache=tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return sampling_prompts(TINY, 64)
+
+
+@pytest.fixture(scope="module")
+def sft():
+    return [(ex.prompt, ex.completion) for ex in sft_data(TINY)[:200]]
+
+
+def _base(world):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(world.sft, dtype=torch.float32).eval()
+
+
+def _probe(tokenizer):
+    enc = tokenizer(["347+058=0405", "rev:abc=cba"], return_tensors="pt", padding=True)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def test_ppo_trains_the_adapter_and_value_head_only(world, prompts, sft):
+    tokenizer, model, value_head = load_policy(world.sft, FAST, torch.device("cpu"))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    head_before = value_head.weight.detach().clone()
+    history = train(model, value_head, tokenizer, digit_reward, prompts, FAST, sft_examples=sft)
+
+    assert len(history) == FAST.steps
+    for row in history:
+        for key in ("reward_mean", "kl", "kl_coef", "policy_loss", "value_loss", "entropy", "clip_fraction",
+                    "ptx_loss", "seconds"):
+            assert row[key] is not None and torch.isfinite(torch.tensor(row[key])), (key, row)
+    lora = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert lora and all("lora_" in n for n in lora)
+    for name, p in model.named_parameters():
+        if name in lora:
+            assert not torch.equal(p, before[name]), f"LoRA parameter {name} did not change"
+        else:
+            assert torch.equal(p, before[name]), f"base parameter {name} changed"
+    assert not torch.equal(value_head.weight, head_before)
+
+    # The reference is the base with the adapter off: bit-for-bit the base model's logits, while
+    # the policy (adapter on) has moved away from them.
+    base = _base(world)
+    ids, mask = _probe(tokenizer)
+    with torch.no_grad():
+        base_logits = base(input_ids=ids, attention_mask=mask).logits
+        with model.disable_adapter():
+            ref_logits = model(input_ids=ids, attention_mask=mask).logits
+        policy_logits = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(ref_logits, base_logits)
+    assert not torch.allclose(policy_logits, base_logits, atol=1e-4)
+
+
+def test_ppo_raises_the_reward_it_is_given(world, prompts):
+    # The model starts most answers with "0" (the world's fixed width); reward every other first
+    # character. Measured exactly on the model's first-token distribution, not on samples: a sign
+    # error in the advantages or the clipped loss, or the score on the wrong token, would leave
+    # P("0") where it is or raise it. (Measured: 0.69 -> 0.04 in 10 steps.)
+    def not_zero_first(prompts: list[str], completions: list[str]) -> list[float]:
+        return [float(c[:1] not in ("0", "")) for c in completions]
+
+    config = replace(FAST, steps=10, batch_size=16, mini_batch_size=8, ppo_epochs=4)
+    tokenizer, model, value_head = load_policy(world.sft, config, torch.device("cpu"))
+    zero = tokenizer.convert_tokens_to_ids("0")
+
+    def p_zero_first() -> float:
+        tokenizer.padding_side = "left"
+        enc = tokenizer(prompts[:32], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            return float(torch.softmax(model(**enc).logits[:, -1], -1)[:, zero].mean())
+
+    before = p_zero_first()
+    history = train(model, value_head, tokenizer, not_zero_first, prompts, config)
+    after = p_zero_first()
+    assert before > 0.5 and after < 0.5 * before, (before, after)
+    assert sum(r["reward_mean"] for r in history[-3:]) > sum(r["reward_mean"] for r in history[:3])
+
+
+def test_rollout_logprobs_are_those_generate_sampled_from(world, prompts):
+    # Left-padded prompts: the scoring forward must use generate's position ids, or the log-probs
+    # (and the PPO ratio) would belong to a different distribution than the one sampled.
+    tokenizer, model, value_head = load_policy(world.sft, FAST, torch.device("cpu"))
+    tokenizer.padding_side = "left"
+    enc = tokenizer(["347+58=", "7+5=", "rev:ab="], return_tensors="pt", padding=True)
+    assert (enc["attention_mask"] == 0).any()  # really padded
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=False, max_new_tokens=4, output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        width = enc["input_ids"].size(1)
+        response = out.sequences[:, width:]
+        mask = response_mask(response, tokenizer.eos_token_id)
+        attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
+        logits, values = forward_response(model, value_head, out.sequences, attn, width, temperature=1.0)
+    gen_logits = torch.stack(out.logits, dim=1)
+    m = mask.bool()
+    assert torch.allclose(logits[m], gen_logits[m], atol=1e-4)
+    assert values.shape == response.shape
+
+
+def test_response_mask_stops_after_the_first_eos():
+    eos = 2
+    response = torch.tensor([[5, 2, 0, 0], [5, 6, 7, 8], [2, 5, 2, 0]])
+    assert response_mask(response, eos).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+
+
+def test_run_ppo_saves_a_merged_model_that_loads(world, prompts, sft, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lines: list[str] = []
+    out = tmp_path / "ppo"
+    metrics = run_ppo(replace(FAST, steps=2), world.sft, prompts, digit_reward, out, sft_examples=sft, log=lines.append)
+    assert metrics["steps"] == 2 and len(metrics["history"]) == 2 and len(lines) == 2
+    assert "policy_loss" in lines[0] and "ptx_loss" in lines[0]
+    assert json.loads((out / "ppo_history.json").read_text())["history"][1]["step"] == 1
+
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.padding_side == "left"  # restored after the rollouts, as the world saved it
+    with_adapter = PeftModel.from_pretrained(_base(world), out / "adapter").eval()
+    ids, mask = _probe(tokenizer)
+    with torch.no_grad():
+        merged_logits = merged(input_ids=ids, attention_mask=mask).logits
+        adapter_logits = with_adapter(input_ids=ids, attention_mask=mask).logits
+        base_logits = _base(world)(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(merged_logits, adapter_logits, atol=1e-5)
+    assert not torch.allclose(merged_logits, base_logits, atol=1e-4)
+    assert (out / "value_head.pt").is_file()
+
+
+def test_ptx_term_only_with_sft_examples(world, prompts, sft):
+    tokenizer, model, value_head = load_policy(world.sft, FAST, torch.device("cpu"))
+    without = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1))
+    assert without[0]["ptx_loss"] is None
+    off = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1, sft_ratio=0.0), sft)
+    assert off[0]["ptx_loss"] is None
+    on = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1), sft)
+    # the next-token loss of the world's SFT data on its own (barely trained) model: finite, > 0
+    assert on[0]["ptx_loss"] is not None and 0 < on[0]["ptx_loss"] < 10
+
+
+def test_a_raising_callback_stops_the_run(world, prompts, tmp_path):
+    seen: list[int] = []
+
+    def guard(step: int, metrics: dict) -> None:
+        seen.append(step)
+        assert "kl" in metrics and "reward_mean" in metrics
+        if step == 1:
+            raise RuntimeError("guard fired")
+
+    out = tmp_path / "stopped"
+    with pytest.raises(RuntimeError, match="guard fired"):
+        run_ppo(replace(FAST, steps=5), world.sft, prompts, digit_reward, out, callbacks=[guard])
+    assert seen == [0, 1]
+    assert not (out / "config.json").exists()  # a stopped run leaves no model behind
+
+
+def test_max_kl_stops_a_run_that_leaves_the_reference(world, prompts, tmp_path):
+    config = replace(FAST, steps=6, lr=5e-2, target_kl=1e-4, max_kl=1e-3)
+    with pytest.raises(KLBoundExceeded, match="above max_kl"):
+        run_ppo(config, world.sft, prompts, digit_reward, tmp_path / "kl")
+
+
+def test_reward_model_folder_scores_like_trl_get_reward(world, prompts, tmp_path):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+    from trl.experimental.utils import get_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(world.sft)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, num_labels=1, pad_token_id=tokenizer.pad_token_id,
+                      max_position_embeddings=64)
+    torch.manual_seed(0)
+    rm_dir = tmp_path / "rm"
+    LlamaForSequenceClassification(cfg).save_pretrained(rm_dir)
+    tokenizer.save_pretrained(rm_dir)
+
+    scorer = RewardModelScorer(rm_dir, torch.device("cpu"))
+    ps, cs = ["347+058=", "007+005="], ["0405", "12"]  # same-width prompts, ragged completions
+    ours = scorer(ps, cs)
+    # TRL's PPO-era scoring: right-padded prompt + response, the score head at the last non-pad token
+    query = tokenizer(ps, return_tensors="pt", padding=True, padding_side="right")["input_ids"]
+    assert (query != tokenizer.pad_token_id).all()  # same-width prompts: context_length is exact
+    full = tokenizer([p + c + tokenizer.eos_token for p, c in zip(ps, cs)], return_tensors="pt", padding=True,
+                     padding_side="right")["input_ids"]
+    with torch.no_grad():
+        _, trl_scores, _ = get_reward(scorer.model, full, tokenizer.pad_token_id, context_length=query.size(1))
+    assert ours == pytest.approx(trl_scores.tolist(), abs=1e-5)
+
+    # and PPO runs with the folder as its reward, loaded as its own frozen model
+    metrics = run_ppo(replace(FAST, steps=1), world.sft, prompts, rm_dir, tmp_path / "ppo-rm")
+    assert metrics["steps"] == 1
+
+
+def test_config_validation_names_both_values():
+    with pytest.raises(ValueError, match=r"mini_batch_size \(5\) must divide batch_size \(8\)"):
+        PPOConfig(batch_size=8, mini_batch_size=5)
+    with pytest.raises(ValueError, match="kl_estimator"):
+        PPOConfig(kl_estimator="k2")
+    with pytest.raises(ValueError, match=r"max_kl \(0.1\) must be above target_kl \(0.5\)"):
+        PPOConfig(max_kl=0.1, target_kl=0.5)
