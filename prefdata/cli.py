@@ -323,9 +323,24 @@ def train_command(
     return 0
 
 
+@app.command("demo")
+def demo_command(
+    out: Annotated[Path, typer.Option(help="Folder for summary.json, the store, reports and the trained model.")] = Path(".prefdata/demo"),
+    config: Annotated[Optional[Path], typer.Option(help="Demo config YAML (prompts, candidates, method, training overrides...).")] = None,
+) -> int:
+    """The whole pipeline on the embedded demo world: sample, judge, route, check, publish, train, evaluate."""
+    from prefdata.demo import load_demo_config, run_demo
+
+    run_demo(out, load_demo_config(config), say=_console().print)
+    _console().print(f"summary: {out / 'summary.json'}")
+    return 0
+
+
 world_app = typer.Typer(help="The embedded demo world: a tiny SFT model and its tasks, built locally.",
                         no_args_is_help=True)
 app.add_typer(world_app, name="world")
+from prefdata.argilla.cli import app as argilla_app  # noqa: E402 - typer only; its commands import lazily
+app.add_typer(argilla_app, name="argilla")
 
 
 @world_app.command("build")
@@ -375,6 +390,11 @@ def world_judge(
         (paths.root / "judge.json").write_text(json.dumps(stats, indent=2) + "\n")
     _console().print(json.dumps(stats, indent=2))
     return 0
+
+
+from prefdata.flows.cli import serve as _serve  # noqa: E402 - typer only; Prefect loads inside the command
+
+app.command("serve")(_serve)
 
 
 def main(argv: list[str] | None = None) -> None:

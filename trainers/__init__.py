@@ -4,7 +4,8 @@
     result = train("dpo", "hh@1a2b3c", "dpo.yaml")   # -> TrainResult(model_dir, card, metrics)
 
 Built-ins: rm (TRL RewardTrainer), dpo (TRL DPOTrainer), grpo (TRL GRPOTrainer), ppo (our own, on
-transformers + PEFT). Another package adds a method through the entry-point group
+transformers + PEFT), and sft (TRL SFTTrainer on the chosen answers: the control a preference method
+must beat). Another package adds a method through the entry-point group
 `prefdata.trainers`, naming a module attribute that is a `Plugin`:
 
     [project.entry-points."prefdata.trainers"]
@@ -26,7 +27,8 @@ BUILTINS = {
     "rm": "prefdata.trainers.rm:plugin",
     "dpo": "prefdata.trainers.dpo:plugin",
     "grpo": "prefdata.trainers.grpo:plugin",
-    "ppo": "prefdata.trainers.ppo_plugin:plugin",
+    "ppo": "prefdata.trainers.ppo:plugin",
+    "sft": "prefdata.trainers.sft:plugin",  # the control: continued SFT on the chosen answers
 }
 ENTRY_POINT_GROUP = "prefdata.trainers"
 
