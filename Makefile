@@ -11,13 +11,18 @@ export PREFDATA_STORE ?= $(CURDIR)/.prefdata/store
 SAMPLE ?= ../shared/data/hh-rlhf-harmless/test.jsonl.gz
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: setup demo test test-all
+.PHONY: setup demo hh-walkthrough test test-all
 
 setup:
 	@bash scripts/setup.sh
 
+# The main job on the embedded default: the whole pipeline on the demo world (see README).
 demo: setup
-	@bash scripts/demo.sh "$(SAMPLE)"
+	@$(VENV)/prefdata demo --out .prefdata/demo
+
+# The gate on real data: import, check (fails), filter and publish the HH-RLHF harmless sample.
+hh-walkthrough: setup
+	@bash scripts/hh_walkthrough.sh "$(SAMPLE)"
 
 # pytest exits 5 when it collected no test: that is a failure here, never a silent pass.
 test: setup

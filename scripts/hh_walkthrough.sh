@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The main job on the embedded default, until `prefdata demo` exists: import the HH-RLHF sample
+# A walkthrough of the gate on real data (`make hh-walkthrough`): import the HH-RLHF sample
 # beside the repo, show the gate refusing the raw data, filter it, and publish a validated version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sample=${1:-../shared/data/hh-rlhf-harmless/test.jsonl.gz}
 [ -f "$sample" ] || { echo "demo: sample $sample not found (set SAMPLE=path/to/hh-rlhf.jsonl.gz)" >&2; exit 2; }
 prefdata=.venv/bin/prefdata
-out=.prefdata/demo
+out=.prefdata/hh-walkthrough
 mkdir -p "$out"
 
 echo "== 1. import the HH-RLHF harmless sample (quarantine reasons, reconciled counts)"
