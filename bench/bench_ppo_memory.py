@@ -1,0 +1,195 @@
+"""PPO peak memory: one shared base with adapters (trainers/ppo.py) against four separate models.
+
+    .venv/bin/python bench/bench_ppo_memory.py [--hidden 768 --layers 8 --batch 16 --steps 2]
+
+Every configuration runs in a fresh process (peak RSS is per process and never goes down) on the
+same random-init Llama (~75M parameters at the defaults, fp32, the world's char tokenizer), same
+prompts, same batch, same number of PPO steps:
+
+    shared-rule   trainers/ppo.py with a rule reward: 1 base copy (policy LoRA + value head;
+                  reference = adapter disabled)
+    shared-rm     trainers/ppo.py with a reward model folder: the base + the RM as its own frozen model
+    separate      the classic set-up (seed 2, 3.1): policy, reference, reward and value as four
+                  separate copies; policy and value train LoRA adapters exactly like ours (value: LoRA
+                  + the same linear head), so the only difference measured is the copies
+
+What is measured: the process's peak RSS (VmHWM) and the same minus the RSS right after the
+imports, i.e. what the models, the optimizer and the activations added. On CPU, RSS is the honest
+figure: torch's CPU allocator has no peak counter, and tracemalloc does not see torch's tensors.
+Time per PPO step is the mean of the steps after the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.memory import status_mb  # noqa: E402
+
+
+def build_models(root: Path, hidden: int, layers: int) -> None:
+    """A random-init causal LM and a sequence-classification RM of the same size, with tokenizers."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+    from prefdata.world.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, max_position_embeddings=64,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      num_labels=1)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(root / "policy")
+    tok.save_pretrained(root / "policy")
+    LlamaForSequenceClassification(cfg).save_pretrained(root / "rm")
+    tok.save_pretrained(root / "rm")
+
+
+def prompts(n: int) -> list[str]:
+    from prefdata.world import WorldConfig, sampling_prompts
+
+    return sampling_prompts(WorldConfig(), n)
+
+
+def run_shared(root: Path, config, use_rm: bool) -> list[float]:
+    import torch
+
+    from prefdata.trainers.ppo import RewardModelScorer, load_policy, train
+
+    device = torch.device("cpu")
+    tokenizer, model, value_head = load_policy(root / "policy", config, device)
+    reward = RewardModelScorer(root / "rm", device) if use_rm else (
+        lambda ps, cs: [float(c[:1].isdigit()) for c in cs])
+    history = train(model, value_head, tokenizer, reward, prompts(config.batch_size * config.steps), config)
+    return [row["seconds"] for row in history]
+
+
+def run_separate(root: Path, config) -> list[float]:
+    """The four-copy PPO step, with the same math functions and the same LoRA set-up as ours."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prefdata.trainers import ppo_math as pm
+    from prefdata.trainers.ppo import RewardModelScorer, forward_response, response_mask
+
+    device = torch.device("cpu")
+    tok = AutoTokenizer.from_pretrained(root / "policy")
+
+    def lora_copy():
+        base = AutoModelForCausalLM.from_pretrained(root / "policy", dtype=torch.float32)
+        return get_peft_model(base, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                                               target_modules=config.lora_target_modules, task_type="CAUSAL_LM"))
+
+    torch.manual_seed(config.seed)
+    policy = lora_copy()
+    ref = AutoModelForCausalLM.from_pretrained(root / "policy", dtype=torch.float32).eval().requires_grad_(False)
+    critic = lora_copy()
+    head = torch.nn.Linear(critic.config.hidden_size, 1)
+    reward = RewardModelScorer(root / "rm", device)
+    params = [p for m in (policy, critic) for p in m.parameters() if p.requires_grad] + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=config.lr)
+    all_prompts = prompts(config.batch_size * config.steps)
+    seconds = []
+    for step in range(config.steps):
+        t0 = time.perf_counter()
+        ps = all_prompts[step * config.batch_size:(step + 1) * config.batch_size]
+        tok.padding_side = "left"
+        enc = tok(ps, return_tensors="pt", padding=True)
+        width = enc["input_ids"].size(1)
+        with torch.no_grad():
+            gen = policy.generate(**enc, do_sample=True, temperature=config.temperature, top_k=0,
+                                  max_new_tokens=config.max_new_tokens, pad_token_id=tok.pad_token_id,
+                                  eos_token_id=tok.eos_token_id)
+            resp = gen[:, width:]
+            mask = response_mask(resp, tok.eos_token_id)
+            attn = torch.cat([enc["attention_mask"], mask.long()], 1)
+            logits, _ = forward_response(policy, head, gen, attn, width, config.temperature, with_values=False)
+            ref_logits, _ = forward_response(ref, head, gen, attn, width, config.temperature, with_values=False)
+            _, values = forward_response(critic, head, gen, attn, width, config.temperature)
+            comps = tok.batch_decode(resp, skip_special_tokens=True)
+            scores = torch.tensor(reward(ps, comps))
+        logp, ref_logp = pm.logprobs_from_logits(logits, resp), pm.logprobs_from_logits(ref_logits, resp)
+        kl = pm.per_token_kl(logp, ref_logp) * mask
+        adv, ret = pm.gae(pm.kl_shaped_rewards(scores, kl, mask, config.init_kl_coef), values * mask, mask,
+                          config.gamma, config.lam)
+        adv = pm.masked_whiten(adv, mask)
+        for _ in range(config.ppo_epochs):
+            for rows in torch.randperm(len(ps)).split(config.mini_batch_size):
+                lg, _ = forward_response(policy, head, gen[rows], attn[rows], width, config.temperature, with_values=False)
+                _, v = forward_response(critic, head, gen[rows], attn[rows], width, config.temperature)
+                pg, _, _ = pm.clipped_policy_loss(pm.logprobs_from_logits(lg, resp[rows]), logp[rows], adv[rows],
+                                                  mask[rows], config.clip_range)
+                vf, _ = pm.clipped_value_loss(v, values[rows], ret[rows], mask[rows], config.clip_range_value)
+                (pg + config.vf_coef * vf).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def child(mode: str, root: Path, args) -> None:
+    import torch
+
+    import peft  # noqa: F401  (imported before the baseline, so the baseline holds every library)
+    import transformers  # noqa: F401
+
+    from prefdata.trainers.ppo import PPOConfig
+
+    torch.set_num_threads(2)
+    baseline = status_mb("VmRSS")
+    config = PPOConfig(steps=args.steps, batch_size=args.batch, mini_batch_size=args.batch // 2, ppo_epochs=1,
+                       max_new_tokens=16, max_kl=None)
+    if mode == "separate":
+        seconds = run_separate(root, config)
+    else:
+        seconds = run_shared(root, config, use_rm=(mode == "shared-rm"))
+    peak = status_mb("VmHWM")
+    print(json.dumps({"mode": mode, "baseline_mb": baseline, "peak_mb": peak, "added_mb": peak - baseline,
+                      "step_seconds": sum(seconds[1:]) / max(1, len(seconds) - 1)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, Path(args.root), args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        build_models(root, args.hidden, args.layers)
+        n_params = sum(f.stat().st_size for f in (root / "policy").glob("*.safetensors")) / 4 / 1e6
+        print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), batch {args.batch}, {args.steps} steps")
+        results = {}
+        for mode in ("shared-rule", "shared-rm", "separate"):
+            cmd = [sys.executable, __file__, "--child", mode, "--root", str(root), "--hidden", str(args.hidden),
+                   "--layers", str(args.layers), "--batch", str(args.batch), "--steps", str(args.steps)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            results[mode] = json.loads(out)
+            r = results[mode]
+            print(f"{mode:12s} peak RSS {r['peak_mb']:7.0f} MB  added by PPO {r['added_mb']:7.0f} MB  "
+                  f"step {r['step_seconds']:.2f} s")
+        sep = results["separate"]
+        for mode in ("shared-rule", "shared-rm"):
+            r = results[mode]
+            print(f"{mode} / separate: added {r['added_mb'] / sep['added_mb']:.2f}x, peak RSS {r['peak_mb'] / sep['peak_mb']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
