@@ -320,7 +320,22 @@ def test_entry_point_plugins_are_found(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(pkg)})
     lines = out.stdout.splitlines()
-    assert lines[0] == "['dpo', 'extra', 'grpo', 'ppo', 'rm']", out.stderr
+    assert lines[0] == "['dpo', 'extra', 'grpo', 'ppo', 'rm', 'sft']", out.stderr
     assert lines[1] == "an outside method"
     assert lines[2] == "prefdata.trainers.dpo:plugin"  # a plugin cannot shadow a built-in
     assert lines[3] == "False False"  # listing and loading an outside plugin imports neither torch nor TRL
+
+
+def test_ppo_trains_from_a_validated_version(dataset, world, tmp_path):
+    from prefdata.trainers import train
+
+    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify"], steps=2, batch_size=8, mini_batch_size=4)
+    config.pop("max_steps"), config.pop("per_device_train_batch_size")
+    result = train("ppo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "ppo")
+    assert changed_parameters(world.sft, result.model_dir)[0] > 0
+    log = result.metrics["log"]
+    assert len(log) == 2 and all(row["ptx_loss"] is not None and "kl" in row for row in log)
+    assert json.loads((result.model_dir / "prefdata_train.json").read_text())["dataset"] == dataset["ref"]
+    with pytest.raises(UnusableInput, match="use_lora must stay true"):
+        train("ppo", dataset["ref"], {**config, "use_lora": False}, store=dataset["store"], base_model=world.sft,
+              output_dir=tmp_path / "ppo2")

@@ -73,7 +73,9 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
           output_dir: str | Path | None = None, base_model: str | Path | None = None,
           log: Callable[[str], None] | None = None):
     """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult."""
-    from prefdata.trainers.common import TrainResult, load_config_file, load_validated, parse_config, write_card
+    from prefdata.trainers.common import (
+        TrainResult, is_main_process, load_config_file, load_validated, parse_config, write_card,
+    )
 
     plugin = load(method)
     values = dict(config) if isinstance(config, dict) else load_config_file(config)
@@ -86,5 +88,7 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     cfg = parse_config(plugin.config_class, values)
     data = load_validated(dataset, store, seed=getattr(cfg, "seed", 0))
     model_dir, metrics = plugin.run(cfg, data, output_dir, log or (lambda _msg: None))
-    card = write_card(model_dir, method, data, cfg.base_model, cfg, metrics)
+    card = model_dir / "README.md"
+    if is_main_process():  # under `accelerate launch`, rank 0 writes the card once
+        card = write_card(model_dir, method, data, cfg.base_model, cfg, metrics)
     return TrainResult(method, data.ref, model_dir, card, metrics)

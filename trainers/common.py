@@ -155,12 +155,9 @@ def parse_config(cls: type, values: dict[str, Any] | None) -> Any:
         raise UnusableInput(f"config: unknown key(s) {unknown} for {cls.__name__}" +
                             "".join(f"; did you mean {c}?" for c in close.values() if c))
     try:
-        from transformers import HfArgumentParser
-
-        (config,) = HfArgumentParser(cls).parse_dict(values, allow_extra_keys=False)
+        return cls(**values)  # the configs validate themselves in __post_init__ (TRL's, and ours)
     except (TypeError, ValueError) as exc:
         raise UnusableInput(f"config for {cls.__name__}: {exc}") from None
-    return config
 
 
 def load_config_file(path: str | Path | None) -> dict[str, Any]:
@@ -189,12 +186,17 @@ def config_record(config: Any) -> dict[str, Any]:
             or k.endswith("_tokens")}
 
 
-def cpu_precision() -> dict[str, bool]:
-    """TRL 1.16 defaults bf16 and gradient checkpointing to True even on CPU: off there, bf16 on a GPU."""
+def device_defaults(config) -> None:
+    """Fill what TRL 1.16 gets wrong off a GPU: bf16 (None -> on only where a CUDA device supports it)
+    and use_cpu (on where there is no CUDA device, so a torchrun launch on CPU runs data-parallel over
+    gloo instead of N unrelated single-process runs)."""
     import torch
 
     cuda = torch.cuda.is_available()
-    return {"bf16": cuda and torch.cuda.is_bf16_supported(), "activation_checkpointing": False}
+    if config.bf16 is None:
+        config.bf16 = cuda and torch.cuda.is_bf16_supported()
+    if not cuda:
+        config.use_cpu = True
 
 
 def lora_config(mix: MixConfig, task_type: str = "CAUSAL_LM"):
@@ -202,6 +204,23 @@ def lora_config(mix: MixConfig, task_type: str = "CAUSAL_LM"):
 
     return LoraConfig(r=mix.lora_r, lora_alpha=mix.lora_alpha, lora_dropout=mix.lora_dropout,
                       target_modules="all-linear", task_type=task_type)
+
+
+def rule_reward(spec: str) -> Callable:
+    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    try:
+        verifier = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UnusableInput(f"rewards: rule:{spec} cannot be loaded ({exc}); give rule:module:function") from None
+
+    def reward(prompts, completions, completion_ids=None, **_):
+        return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
+
+    reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
+    return reward
 
 
 # -- evaluation --------------------------------------------------------------------------------------
@@ -302,6 +321,38 @@ def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) ->
 def before_after(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     return {"before": before, "after": after,
             "change": {k: after[k] - before[k] for k in after if k in before and before[k] is not None}}
+
+
+# -- distributed runs (accelerate launch) ------------------------------------------------------------
+
+
+def is_main_process() -> bool:
+    """True in a single process and on rank 0 of an `accelerate launch` run (DDP, FSDP, DeepSpeed)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def rank_checksums(trainer) -> dict[str, Any]:
+    """Every rank's checksum of its trainable weights, gathered: under DDP they must be identical after
+    each step, so `ranks_agree` False means the replicas diverged (a broken all-reduce or seed)."""
+    import torch
+
+    params = [p.detach().double() for p in trainer.model.parameters() if p.requires_grad]
+    local = torch.stack([sum(p.sum() for p in params), sum(p.abs().sum() for p in params)]).to(trainer.accelerator.device)
+    gathered = trainer.accelerator.gather(local.unsqueeze(0)).cpu().tolist()
+    return {"world_size": trainer.accelerator.num_processes, "checksums": gathered,
+            "ranks_agree": all(row == gathered[0] for row in gathered)}
+
+
+def finish(trainer, tokenizer, output_dir: Path) -> dict[str, Any]:
+    """After trainer.train(): check the ranks agree, save the merged model once (rank 0), and let every
+    rank wait until it is on disk, so whatever reads it next finds it whole."""
+    ranks = rank_checksums(trainer)
+    if trainer.accelerator.is_main_process:
+        save_merged(trainer.model, tokenizer, output_dir)
+    trainer.accelerator.wait_for_everyone()
+    return ranks
 
 
 # -- saving ----------------------------------------------------------------------------------------

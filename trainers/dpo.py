@@ -21,10 +21,10 @@ from prefdata.trainers.common import (
     Timer,
     TrainingData,
     before_after,
-    cpu_precision,
+    device_defaults,
     evaluate_model,
     lora_config,
-    save_merged,
+    finish,
     sft_batch_size,
     sft_pool,
 )
@@ -51,8 +51,7 @@ class DPOTrainConfig(DPOConfig, MixConfig):
     max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            self.bf16 = cpu_precision()["bf16"]
+        device_defaults(self)
         super().__post_init__()
 
 
@@ -83,13 +82,14 @@ def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     train_seconds = train_timer.seconds()
     if guards.alarm:
         raise GuardTripped(f"dpo stopped at step {trainer.state.global_step}: {guards.alarm}")
-    save_merged(trainer.model, tokenizer, output_dir)
+    ranks = finish(trainer, tokenizer, output_dir)
     after = evaluate_model(output_dir, cfg, data)
     log(f"dpo: after {after}")
     history = [h for h in guards.history if "loss" in h]
     metrics = {
         **before_after(before, after),
         "steps": trainer.state.global_step,
+        "ranks": ranks,
         "train_seconds": train_seconds,
         "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
         "seconds": timer.seconds(),

@@ -10,7 +10,6 @@ the reward climbs, and advantages all ~0 (every group scored alike: group too sm
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -24,10 +23,11 @@ from prefdata.trainers.common import (
     Timer,
     TrainingData,
     before_after,
-    cpu_precision,
+    device_defaults,
     evaluate_model,
     lora_config,
-    save_merged,
+    rule_reward,
+    finish,
     sft_batch_size,
     sft_pool,
 )
@@ -55,24 +55,8 @@ class GRPOTrainConfig(GRPOConfig, MixConfig):
     activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            self.bf16 = cpu_precision()["bf16"]
+        device_defaults(self)
         super().__post_init__()
-
-
-def rule_reward(spec: str) -> Callable:
-    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
-    module, _, name = spec.partition(":")
-    try:
-        verifier = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UnusableInput(f"rewards: rule:{spec} cannot be loaded ({exc}); give rule:module:function") from None
-
-    def reward(prompts, completions, completion_ids=None, **_):
-        return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
-
-    reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
-    return reward
 
 
 def reward_funcs(specs: list[str]) -> list:
@@ -122,13 +106,14 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
     train_seconds = train_timer.seconds()
     if guards.alarm:
         raise GuardTripped(f"grpo stopped at step {trainer.state.global_step}: {guards.alarm}")
-    save_merged(trainer.model, tokenizer, output_dir)
+    ranks = finish(trainer, tokenizer, output_dir)
     after = evaluate_model(output_dir, cfg, data)
     log(f"grpo: after {after}")
     history = [h for h in guards.history if "loss" in h]
     metrics = {
         **before_after(before, after),
         "steps": trainer.state.global_step,
+        "ranks": ranks,
         "train_seconds": train_seconds,
         "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
         "seconds": timer.seconds(),

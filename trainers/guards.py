@@ -138,7 +138,7 @@ def defaults(method: str) -> list[Guard]:
     return {
         "dpo": [FlippedLabels(), ChosenCollapse()],
         "grpo": common + [KLCollapse(), FlatAdvantages()],
-        "ppo": common + [KLCollapse()],
+        "ppo": [KLCollapse()],  # PPO's own max_kl bound stops a run whose KL runs away (trainers/ppo.py)
     }.get(method, [])
 
 

@@ -430,3 +430,67 @@ def save_policy(model, value_head, tokenizer, output_dir: Path) -> None:
     merged = model.merge_and_unload()  # folds B @ A into the base weights; the PEFT wrapper is gone
     merged.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
+
+
+# -- the `ppo` plugin: run_ppo from a validated version -----------------------------------------------
+
+
+from prefdata.trainers import Plugin  # noqa: E402 - the plugin part needs only the light registry
+from prefdata.trainers.common import MixConfig  # noqa: E402
+
+
+@dataclass
+class PPOTrainConfig(PPOConfig, MixConfig):
+    """PPOConfig plus prefdata's rewards, mixing and evaluation fields. LoRA is how PPO shares one base
+    between policy, value and reference, so `use_lora: false` is refused; `sft_weight` is unused
+    here: the ptx weight is `ptx_coef`."""
+
+    rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:module:function' or 'rm:PATH'."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where the model goes (set by `prefdata train`)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.use_lora:
+            raise ValueError("ppo: use_lora must stay true: the reference policy is the base with the adapter off")
+        if len(self.rewards) != 1:
+            raise ValueError(f"ppo: give exactly one reward in rewards, got {self.rewards}")
+
+
+def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
+    from prefdata.errors import UnusableInput
+    from prefdata.trainers.common import Timer, before_after, evaluate_model, rule_reward, sft_pool
+    from prefdata.trainers.guards import defaults, step_guard
+
+    timer = Timer()
+    kind, _, target = cfg.rewards[0].partition(":")
+    if kind == "rule":
+        reward: Reward | str = rule_reward(target)
+    elif kind == "rm" and Path(target).exists():
+        reward = target
+    else:
+        raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:module:function or rm:PATH (an existing folder)")
+    before = evaluate_model(cfg.base_model, cfg, data)
+    log(f"ppo: before {before}")
+    prompts = sorted({row["prompt"] for row in data.train})
+    pool = sft_pool(cfg, data) if cfg.sft_ratio > 0 else []
+    if not cfg.guards:
+        cfg.max_kl = None
+    callbacks = [step_guard(defaults("ppo"))] if cfg.guards else []
+    result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks, log=log)
+    after = evaluate_model(output_dir, cfg, data)
+    log(f"ppo: after {after}")
+    history = result.pop("history")
+    metrics = {
+        **before_after(before, after),
+        "steps": result["steps"],
+        "train_seconds": round(result["train_seconds"], 2),
+        "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 3),
+        "seconds": timer.seconds(),
+        "final": {k: result.get(k) for k in ("reward_mean", "kl", "kl_coef", "policy_loss", "value_loss", "ptx_loss")},
+        "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
+        "log": history,
+    }
+    return Path(output_dir), metrics
+
+
+plugin = Plugin("ppo", PPOTrainConfig, _run_plugin, "PPO on transformers + PEFT: one base, LoRA policy, value head")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from trl import RewardConfig, RewardTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import MixConfig, Timer, TrainingData, cpu_precision, lora_config, save_merged
+from prefdata.trainers.common import MixConfig, Timer, TrainingData, device_defaults, finish, lora_config
 
 
 @dataclass
@@ -35,8 +35,7 @@ class RMTrainConfig(RewardConfig, MixConfig):
     sft_ratio: float = field(default=0.0, metadata={"help": "Not used by rm (a reward model has no generation to protect)."})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            self.bf16 = cpu_precision()["bf16"]
+        device_defaults(self)
         super().__post_init__()
 
 
@@ -67,12 +66,13 @@ def run(cfg: RMTrainConfig, data: TrainingData, output_dir: Path, log: Callable[
     train_timer = Timer()
     trainer.train()
     train_seconds = train_timer.seconds()
-    save_merged(trainer.model, tokenizer, output_dir)
+    ranks = finish(trainer, tokenizer, output_dir)
     history = [h for h in trainer.state.log_history if "loss" in h]
     metrics = {
         "heldout_pairwise_accuracy": pairwise_accuracy(output_dir, data.eval),
         "train_pairwise_accuracy": pairwise_accuracy(output_dir, data.train[:500]),
         "steps": trainer.state.global_step,
+        "ranks": ranks,
         "train_seconds": train_seconds,
         "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
         "seconds": timer.seconds(),

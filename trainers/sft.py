@@ -21,11 +21,11 @@ from prefdata.trainers.common import (
     Timer,
     TrainingData,
     before_after,
-    cpu_precision,
+    device_defaults,
     evaluate_model,
     lora_config,
     read_sft_file,
-    save_merged,
+    finish,
 )
 
 
@@ -45,8 +45,7 @@ class SFTTrainConfig(SFTConfig, MixConfig):
     max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            self.bf16 = cpu_precision()["bf16"]
+        device_defaults(self)
         super().__post_init__()
 
 
@@ -83,13 +82,14 @@ def run(cfg: SFTTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     train_timer = Timer()
     trainer.train()
     train_seconds = train_timer.seconds()
-    save_merged(trainer.model, tokenizer, output_dir)
+    ranks = finish(trainer, tokenizer, output_dir)
     after = evaluate_model(output_dir, cfg, data)
     log(f"sft: before {before} after {after}")
     history = [h for h in trainer.state.log_history if "loss" in h]
     return output_dir, {
         **before_after(before, after),
         "steps": trainer.state.global_step,
+        "ranks": ranks,
         "train_seconds": train_seconds,
         "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
         "seconds": timer.seconds(),
