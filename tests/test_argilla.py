@@ -434,7 +434,7 @@ def test_push_resumes_after_the_server_is_killed_mid_push(argilla, monkeypatch):
     monkeypatch.setattr(records_api.RecordsAPI, "bulk_upsert", upsert_then_crash)
     with pytest.raises(PrefdataError) as failed:
         push_pairs(rows, url=info.url, api_key=info.api_key, dataset="crash", progress=False)
-    assert "\n" not in str(failed.value)
+    assert "\n" not in str(failed.value) and "push again" in str(failed.value)
     monkeypatch.setattr(records_api.RecordsAPI, "bulk_upsert", original)
 
     assert server.status() is None

@@ -37,17 +37,28 @@ def _use_fake_redis() -> None:
     redis.from_url = lambda *args, **kwargs: fakeredis.FakeRedis(server=server)
 
 
+ENGINE_WRITTEN_FOR = "2.8.0"  # sql_search.py follows this server's search-engine interface exactly
+
+
 def main(host: str, port: int) -> None:
+    from importlib.metadata import version  # not argilla_server itself: importing it builds the app
+
+    installed = version("argilla-server")
+    if installed != ENGINE_WRITTEN_FOR:
+        sys.exit(f"argilla-server {installed} is installed, but prefdata's search engine is written for "
+                 f"{ENGINE_WRITTEN_FOR}: remove the server environment so `prefdata argilla up` rebuilds it")
     _use_fake_redis()
+    # the server reads its settings once, at its first import: name the engine before loading it
+    os.environ["ARGILLA_SEARCH_ENGINE"] = "prefdata-sql"
     spec = importlib.util.spec_from_file_location("prefdata_sql_search", HERE / "sql_search.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the engine under module.ENGINE_NAME
-    os.environ["ARGILLA_SEARCH_ENGINE"] = module.ENGINE_NAME
+    spec.loader.exec_module(module)  # registers the engine
+    assert module.ENGINE_NAME == os.environ["ARGILLA_SEARCH_ENGINE"]
 
     import uvicorn
     from argilla_server._app import app
 
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("PREFDATA_ARGILLA_LOG_LEVEL", "warning"))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 if __name__ == "__main__":

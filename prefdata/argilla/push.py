@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from prefdata.argilla.client import argilla_errors, connect, resolve
-from prefdata.errors import UnusableInput
+from prefdata.errors import PrefdataError, UnusableInput
 
 REQUIRED = ("pair_id", "prompt", "response_a", "response_b")
 VOTE_LABELS = {"a": "Response A is better", "b": "Response B is better", "tie": "Tie: equally good or equally bad"}
@@ -214,13 +214,19 @@ def push_pairs(
             else:
                 todo.append(row)
             seen.add(row["pair_id"])
-        with _progress(progress, len(todo), f"pushing to {dataset}") as advance:
-            for start in range(0, len(todo), BATCH):
-                records = [_record(r, seed, suggestions) for r in todo[start:start + BATCH]]
-                for record in records:
-                    record.dataset = ds  # suggestions need the dataset's question ids
-                client.api.records.bulk_upsert(dataset_id=ds.id, records=[r.api_model() for r in records])
-                advance(len(records))
+        sent = 0
+        try:
+            with argilla_errors(url, doing), _progress(progress, len(todo), f"pushing to {dataset}") as advance:
+                for start in range(0, len(todo), BATCH):
+                    records = [_record(r, seed, suggestions) for r in todo[start:start + BATCH]]
+                    for record in records:
+                        record.dataset = ds  # suggestions need the dataset's question ids
+                    client.api.records.bulk_upsert(dataset_id=ds.id, records=[r.api_model() for r in records])
+                    sent += len(records)
+                    advance(len(records))
+        except PrefdataError as error:  # say how far it got, and that pushing again resumes from there
+            raise PrefdataError(f"{error} [at least {sent} of {len(todo)} new records were stored before this; "
+                                "push again to add the rest: pairs already there are skipped]") from None
         total = len(existing_pair_ids(client, ds.id))
     return PushResult(dataset=dataset, workspace=workspace, dataset_id=str(ds.id), url=url, rows=len(rows),
                       pushed=len(todo), already_there=already, duplicates=repeated, records=total)

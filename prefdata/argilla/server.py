@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -290,8 +291,10 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def _last_line(path: Path) -> str:
+    """The server's last exception message (uvicorn's own last line only says that start-up failed)."""
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except FileNotFoundError:
         return "no log"
-    return lines[-1] if lines else "no output"
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)]
+    return (errors or lines or ["no output"])[-1]

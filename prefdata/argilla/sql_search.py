@@ -248,13 +248,11 @@ class SQLSearchEngine(SearchEngine):
         text = TextQuery(q=query) if isinstance(query, str) else query
         names = [text.field] if text.field else [f.name for f in dataset.fields if not f.is_image]
         words = [w for w in text.q.replace('"', " ").split() if w not in ("+", "|", "-")]
+        if not words or not names:
+            return true()
+        texts = [func.lower(func.coalesce(_json_scalar(Record.fields, f"$.{_quoted(n)}"), "")) for n in names]
         # every word in one of the fields (simple_query_string with default_operator AND)
-        return and_(*[
-            or_(*[func.lower(func.coalesce(_json_scalar(Record.fields, f"$.{_quoted(n)}"), "")).contains(w.lower(),
-                                                                                                       autoescape=True)
-                  for n in names])
-            for w in words
-        ]) if words and names else true()
+        return and_(*[or_(*[t.contains(w.lower(), autoescape=True) for t in texts]) for w in words])
 
     def _filter_condition(self, filter: Filter) -> ColumnElement:
         if isinstance(filter, AndFilter):
