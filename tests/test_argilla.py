@@ -201,9 +201,18 @@ def test_annotators_cannot_pull(argilla):
 
 # -- one clear line for the errors users make -------------------------------------------------------------
 
-def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=REPO, timeout=120)
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+def test_status_names_the_server_and_where_its_key_is_not_the_key(argilla):
+    server, info = argilla
+    run = _cli("argilla", "status", "--dir", str(server.workdir))
+    assert run.returncode == 0 and info.url in run.stdout and "owner.json" in run.stdout
+    assert info.api_key not in run.stdout + run.stderr
+    assert (server.workdir / "owner.json").stat().st_mode & 0o777 == 0o600
+    assert _cli("argilla", "status", "--dir", str(server.workdir / "nothing-here")).returncode == 1
 
 
 def test_wrong_key_and_unreachable_url_give_one_line(argilla, tmp_path):
