@@ -91,6 +91,7 @@ def sft_files(work: Path) -> dict[str, str]:
 # high enough that the general skill suffers without mixing, with the guards off (they would stop it:
 # measured, that is what they are for), to measure how much of the tax the mixing removes.
 TAX = {"use_lora": False, "learning_rate": 1e-3, "guards": False}
+PPO_TAX = {"lr": 2e-3, "guards": False}
 
 
 def runs(files: dict[str, str]) -> dict[str, list[tuple[str, dict]]]:
@@ -100,7 +101,8 @@ def runs(files: dict[str, str]) -> dict[str, list[tuple[str, dict]]]:
                 ("the world's flawed SFT data", {"sft_sources": ["general"], "general_sft": files["flawed"]})],
         "dpo": [("default", {}), ("no mix", no_mix), ("tax: full, lr 1e-3", TAX), ("tax: full, lr 1e-3, no mix", {**TAX, **no_mix})],
         "grpo": [("default", {}), ("no mix", no_mix), ("tax: full, lr 1e-3", TAX), ("tax: full, lr 1e-3, no mix", {**TAX, **no_mix})],
-        "ppo": [("default", {}), ("no mix", no_mix), ("tax: full, lr 1e-3", TAX), ("tax: full, lr 1e-3, no mix", {**TAX, **no_mix})],
+        # PPO trains LoRA only (its reference is the base with the adapter off): its tax setting is 10x the lr.
+        "ppo": [("default", {}), ("no mix", no_mix), ("tax: lr 2e-3", PPO_TAX), ("tax: lr 2e-3, no mix", {**PPO_TAX, **no_mix})],
     }
 
 

@@ -74,14 +74,40 @@ class Stages:
         self.say(f"      done in {self.seconds[name]:.1f} s")
 
 
-def _argilla_target(mode: str):
-    """The local Argilla's (url, owner key) when it is up and mode allows; else None."""
+def _local_argilla(mode: str):
+    """The local Argilla started by `prefdata argilla up` (ServerInfo), when mode allows and it runs."""
+    if mode not in ("auto", "off"):
+        from prefdata.errors import UnusableInput
+
+        raise UnusableInput(f"demo config: argilla must be 'auto' or 'off', not {mode!r}")
     if mode == "off":
         return None
     from prefdata.argilla import LocalArgilla
 
-    info = LocalArgilla().status()
-    return info if info is not None and getattr(info, "running", True) else None
+    return LocalArgilla().status()
+
+
+@contextmanager
+def _humans(config: DemoConfig, out_dir: Path, say: Callable[[str], None]):
+    """Who answers the human queue: simulated annotators, through the real Argilla API when it is up."""
+    from prefdata.flows.params import Argilla, Humans, SimulatedAnnotators
+    from prefdata.world import annotator_pool
+
+    queue_dir = str(out_dir / "queues")
+    server = _local_argilla(config.argilla)
+    if server is None:
+        yield Humans(queue_dir=queue_dir, simulated=SimulatedAnnotators(k=config.annotators,
+                                                                        accuracy=config.annotator_accuracy)), "simulated"
+        return
+    from prefdata.argilla.crowd import SimulatedCrowd
+
+    dataset = f"{config.name}-review"
+    say(f"      Argilla is up at {server.url}: the human share goes to dataset {dataset!r}")
+    os.environ["ARGILLA_API_KEY"] = server.api_key  # read by the flow's Argilla tasks; never logged
+    pool = annotator_pool(config.annotators, config.annotator_accuracy)
+    with SimulatedCrowd(server.url, server.api_key, dataset, pool):
+        yield Humans(queue_dir=queue_dir, argilla=Argilla(url=server.url, dataset=dataset, overlap=config.annotators,
+                                                          wait_s=600, poll_s=1.0)), f"argilla {server.url}"
 
 
 def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -104,7 +130,7 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
 
     from prefdata.flows.collect import collect
     from prefdata.flows.gate import publish
-    from prefdata.flows.params import Checks, Engine, Humans, Judge, Policy, Prompts, SimulatedAnnotators, Training
+    from prefdata.flows.params import Checks, Engine, Judge, Policy, Prompts, Training
     from prefdata.flows.train import train
     from prefdata.local_serve import TransformersServe
     from prefdata.world.judge import JUDGE_TEMPLATE_NAME
@@ -113,17 +139,15 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
     with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates, the embedded "
                                  f"LLM judge (both orders) behind transformers serve, undecided pairs to "
                                  f"{config.annotators} simulated annotators"):
-        with TransformersServe(out_dir / "judge-serve.log") as server:
+        with TransformersServe(out_dir / "judge-serve.log") as server, _humans(config, out_dir, say) as (humans, via):
             judge = Judge(kind="llm", base_url=server.base_url, model=str(world.judge.resolve()),
                           template=JUDGE_TEMPLATE_NAME, requests_in_flight=config.judge_concurrency, timeout_s=120)
-            simulated = SimulatedAnnotators(k=config.annotators, accuracy=config.annotator_accuracy)
             collected = collect(name=config.name, prompts=Prompts(source="world", n=config.prompts),
                                 policy=Policy(model=str(world.sft), candidates=config.candidates, max_new_tokens=6),
-                                judge=judge, humans=Humans(queue_dir=str(out_dir / "queues"), simulated=simulated),
-                                engine=Engine(cache_dir=str(out_dir / "cache")), guidelines=config.guidelines,
-                                store=store)
+                                judge=judge, humans=humans, engine=Engine(cache_dir=str(out_dir / "cache")),
+                                guidelines=config.guidelines, store=store)
         say(f"      {collected['comparisons']} comparisons, judge {collected['judge']}, "
-            f"{collected['queued']} to humans, {collected['votes']} votes -> {collected['version']}")
+            f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")
     judge_stats = _judge_verifier_agreement(store, collected["version"])
 
     with stages.stage("publish", "filter duplicates and degenerate pairs, run the checklist gate, publish"):
@@ -162,6 +186,7 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
         "iaa": _iaa(store, published["dataset"]),
         "dataset_version": published["dataset"],
         "dataset": {k: collected[k] for k in ("prompts", "candidates", "comparisons", "queued", "votes", "routes")},
+        "annotation": via,
         "method": config.method,
         "model_dir": trained["model_dir"],
         "report_dir": published.get("report_dir"),

@@ -1,5 +1,7 @@
 """`prefdata demo` as a user runs it: a real process, the real flows, judge server and trainer, on the
-default demo world, shrunk by a config file to a few dozen prompts and a few training steps."""
+default demo world, shrunk by a config file to a few dozen prompts and a few training steps, with a
+real local Argilla up (as after `prefdata argilla up`): the simulated annotators label the human
+share through Argilla's API, each as its own user."""
 
 from __future__ import annotations
 
@@ -9,14 +11,38 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SUMMARY_KEYS = {"task_accuracy_before", "task_accuracy_after", "general_accuracy_before", "general_accuracy_after",
                 "judge_verifier_agreement", "dataset_version", "model_dir", "seconds"}
 
 
-def test_demo_runs_the_whole_pipeline_and_leaves_a_summary(tmp_path):
-    (tmp_path / "demo.yaml").write_text("prompts: 80\ncandidates: 4\ntraining: {max_steps: 5}\nargilla: 'off'\n")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def argilla_workdir(tmp_path_factory):
+    """A real argilla-server, started as `prefdata argilla up` starts it, in its own working folder."""
+    from prefdata.argilla.server import LocalArgilla, free_port
+    from prefdata.errors import PrefdataError
+
+    workdir = tmp_path_factory.mktemp("argilla")
+    server = LocalArgilla(workdir, venv=REPO / ".prefdata" / "argilla" / "venv")
+    try:
+        server.ensure_venv(log=print)
+    except PrefdataError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build argilla-server: {exc}")
+        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    server.start(port=free_port(), log=print)
+    yield workdir
+    server.stop()
+
+
+def test_demo_runs_the_whole_pipeline_and_leaves_a_summary(tmp_path, argilla_workdir):
+    (tmp_path / "demo.yaml").write_text("prompts: 80\ncandidates: 4\ntraining: {max_steps: 5}\n")
     out = tmp_path / "out"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFDATA_ARGILLA": str(argilla_workdir)}
     run = subprocess.run([sys.executable, "-m", "prefdata", "demo", "--out", str(out), "--config", str(tmp_path / "demo.yaml")],
                          capture_output=True, text=True, env=env, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -39,3 +65,8 @@ def test_demo_runs_the_whole_pipeline_and_leaves_a_summary(tmp_path):
     # The embedded judge ran for real: every comparison was judged in both orders and scored.
     assert summary["judge"]["n"] > 0 and 0.0 <= summary["judge_verifier_agreement"] <= 1.0
     assert (out / "judge-serve.log").is_file() and "[5/5]" in run.stdout
+    # The human share went through Argilla: every queued pair got one vote per simulated annotator.
+    assert summary["annotation"].startswith("argilla http://127.0.0.1:")
+    queued = summary["dataset"]["queued"]
+    assert queued > 0 and summary["dataset"]["votes"] == 3 * queued
+    assert summary["iaa"] is not None
