@@ -86,7 +86,7 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
-    data = load_validated(dataset, store, seed=getattr(cfg, "seed", 0))
+    data = load_validated(dataset, store)  # one held-out split per version, whatever the training seed
     model_dir, metrics = plugin.run(cfg, data, output_dir, log or (lambda _msg: None))
     card = model_dir / "README.md"
     if is_main_process():  # under `accelerate launch`, rank 0 writes the card once
