@@ -93,9 +93,9 @@ def test_a_draft_or_tampered_version_is_refused(dataset, world, tmp_path):
     ref = next(line.split()[1] for line in draft.stdout.splitlines() if line.startswith("version:"))
     with pytest.raises(PrefdataError, match="is draft, not validated: run `prefdata publish"):
         train("dpo", ref, base_config(dataset, world), store=str(store), base_model=world.sft, output_dir=tmp_path / "o")
-    # The CLI says it in one line with exit 2, no traceback.
+    # The CLI says it in one line with exit 1 (the gate's code: the data was refused), no traceback.
     out = cli("train", "dpo", "--dataset", ref, "--base-model", str(world.sft), store=store)
-    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "not validated" in out.stderr
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0 and "not validated" in out.stderr
 
     # A validated version whose files changed afterwards fails verify.
     st = Store(dataset["store"])

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.errors import GateFailed, UnusableInput
 
 DEFAULT_SFT_RATIO = 0.2  # seed pitfall 6: "1 preference pair : 0.2 SFT"
 
@@ -68,10 +68,10 @@ def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, 
     st = Store(store)
     v = st.get(ref)
     if v.status != "validated":
-        raise PrefdataError(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
+        raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
     problems = st.verify(v.ref)
     if problems:
-        raise PrefdataError(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files changed after validation")
+        raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files changed after validation")
     pairs = st.load(v.ref)
     columns = ["prompt", "chosen", "rejected"]
     split = pairs["split"].fill_null("train") if "split" in pairs.columns else None
