@@ -1,6 +1,6 @@
 """The collect flow: prompts -> candidates -> pairs -> judge -> route -> humans -> votes -> a draft
 version in the store. It only wires: sampling, pairing, judging, routing and the store are
-prefdata's; the tables are assembled by flows/dataset.py (pure functions).
+prefdata's; the tables are assembled by prefdata/collection.py (pure functions).
 
     prompts ─> sample-and-judge (subflow; its task runner is `engine`: threads or Dask)
                  sample chunk ×N   cached on their inputs, results persisted   (model calls)
@@ -26,7 +26,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.concurrency.sync import concurrency
 
-from prefdata.flows import dataset
+from prefdata import collection
 from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
 
 CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
@@ -82,7 +82,7 @@ def make_judge(identity: dict, runtime: dict):
     from prefdata.judging import PairwiseLLMJudge, RuleJudge
 
     if identity["kind"] == "verifier":
-        return RuleJudge(dataset.import_target(identity["verifier"]), rule_name=identity["verifier"])
+        return RuleJudge(collection.import_target(identity["verifier"]), rule_name=identity["verifier"])
     if identity["kind"] == "llm":
         return PairwiseLLMJudge(runtime["base_url"], identity["model"], identity["template"],
                                 concurrency=runtime["requests_in_flight"], timeout=runtime["timeout_s"],
@@ -158,9 +158,9 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
     runtime = {"base_url": policy.base_url, "requests_in_flight": policy.requests_in_flight,
                "api_key_env": policy.api_key_env}
     futures = []
-    for chunk in dataset.chunks(prompts, policy.chunk_size):
+    for chunk in collection.chunks(prompts, policy.chunk_size):
         params = SamplingParams(policy.temperature, policy.top_p, policy.top_k, policy.max_new_tokens,
-                                dataset.chunk_seed(policy.seed, chunk)).as_dict()
+                                collection.chunk_seed(policy.seed, chunk)).as_dict()
         futures.append(sampler.submit(chunk, model, revision, policy.candidates, params, runtime))
     groups = [group for f in futures for group in f.result()]
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
@@ -171,7 +171,7 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
     runtime = {k: getattr(judge, k) for k in ("base_url", "requests_in_flight", "timeout_s", "max_retries",
                                               "api_key_env", "limit_name", "slot_timeout_s")}
     items = [{k: c[k] for k in ("prompt", "response_a", "response_b", "pair_id")} for c in comparisons]
-    futures = [judger.submit(chunk, judge.identity(), runtime) for chunk in dataset.chunks(items, judge.chunk_size)]
+    futures = [judger.submit(chunk, judge.identity(), runtime) for chunk in collection.chunks(items, judge.chunk_size)]
     verdicts = [v for f in futures for v in f.result()]
     return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts}
 
@@ -197,7 +197,7 @@ def simulate_votes(queue: list[dict], spec) -> list[dict]:
         return []
     frame = pl.DataFrame({k: [r[k] for r in queue] for k in ("pair_id", "prompt", "response_a", "response_b")})
     pool = annotator_pool(spec.k, spec.accuracy, spec.tie_rate, spec.seed)
-    return votes_frame(frame, pool, dataset.import_target(spec.verifier)).to_dicts()
+    return votes_frame(frame, pool, collection.import_target(spec.verifier)).to_dicts()
 
 
 def _argilla_key(spec) -> str | None:
@@ -264,7 +264,7 @@ def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: di
                 guidelines: str | None, store: str | None) -> str:
     from prefdata.store import Store
 
-    tables, counts = dataset.draft(labelled, votes)
+    tables, counts = collection.draft(labelled, votes)
     version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines)
     return version.ref
 
@@ -303,7 +303,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         votes = []
     logger.info("%d pairs to humans (queue %s), %d votes", len(queue), queue_file, len(votes))
 
-    labelled = dataset.label(routed, comparisons, votes)
+    labelled = collection.label(routed, comparisons, votes)
     report = JudgeReport.from_verdicts(verdicts)
     groups = out["candidates"]
     counters = {

@@ -10,9 +10,9 @@
     train     DPO (or the configured method) from the validated version     flows.train
     evaluate  held-out task and general-skill accuracy, before and after    prefdata.world.evaluate
 
-Nothing here is special to the world except the default configuration: every step takes a model
-path, an endpoint or a file, so `--config` points the same pipeline at a real model.
-Writes DIR/summary.json (the figures) and DIR/summary.md.
+The demo is the world's; the pieces it wires are not: the collect flow's Policy and Judge take any
+model path or OpenAI-compatible endpoint, the checklist and the trainers any config, and
+prefect.yaml runs the same flows on a real model. Writes DIR/summary.json and DIR/summary.md.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def load_demo_config(path: Path | None) -> DemoConfig:
 
 
 class Stages:
-    """One progress line per stage, with its time; the figures go to summary["seconds"]."""
+    """One progress line per stage, with its time; the times go to summary["stage_seconds"]."""
 
     def __init__(self, total: int, say: Callable[[str], None]):
         self.total, self.say, self.seconds, self.n = total, say, {}, 0
@@ -205,7 +205,7 @@ def _judge_verifier_agreement(store: str, ref: str, verifier: str = "prefdata.wo
     table), scored against the verifier."""
     from types import SimpleNamespace
 
-    from prefdata.flows.dataset import import_target
+    from prefdata.collection import import_target
     from prefdata.judging import PairToJudge
     from prefdata.store import Store
     from prefdata.world import verdict_agreement
