@@ -173,7 +173,7 @@ def test_grpo_refuses_a_reward_it_cannot_load(dataset, world, tmp_path):
                   base_model=world.sft, output_dir=tmp_path / "g")
 
 
-def test_rm_trains_a_scorer_the_checks_can_use(dataset, world, tmp_path):
+def test_rm_trains_a_scorer_that_checks_and_grpo_can_use(dataset, world, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
     from prefdata.trainers import train
@@ -184,6 +184,18 @@ def test_rm_trains_a_scorer_the_checks_can_use(dataset, world, tmp_path):
     assert model.config.num_labels == 1
     assert 0.0 <= result.metrics["heldout_pairwise_accuracy"] <= 1.0
     assert len(result.metrics["log"]) == 3 and all("loss" in row for row in result.metrics["log"])
+    # The label-direction check takes it as an independent scorer.
+    check = cli("check", dataset["ref"], "--scorer", f"rm:{result.model_dir}", "--json", str(tmp_path / "r.json"),
+                store=Path(dataset["store"]))
+    report = json.loads((tmp_path / "r.json").read_text())
+    direction = next(c for c in report["checks"] if c["id"] == "label_direction")
+    assert direction["status"] in ("pass", "fail") and direction["metric"] is not None, check.stderr
+    # GRPO with both rewards: the verifier and the reward model, each logged under its own name.
+    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify", f"rm:{result.model_dir}"],
+                         num_generations=4, per_device_train_batch_size=8, max_completion_length=5, max_steps=1)
+    grpo = train("grpo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "g")
+    [row] = grpo.metrics["log"]
+    assert "rewards/rule_verify/mean" in row and any(k.startswith("rewards/") and "rule" not in k for k in row), row
 
 
 # -- DPO's math: our reading of TRL's loss, on the same inputs --------------------------------------------
