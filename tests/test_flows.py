@@ -257,7 +257,11 @@ def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, wor
                               engine=Engine(cache_dir=str(tmp_path / "cache")))
         rerun_requests = len(server.requests)
     assert calls["sample"] == 0  # every prompt was sampled before the crash: nothing sampled again
-    assert rerun_requests == 2 * (resumed["comparisons"] - 4)  # only the pairs the crash left unjudged
+    # Only the pairs the crash left unjudged are asked again. Before hanging, the judge answered `done`
+    # requests (4 pairs, both orders) and the kill came once 2 judging chunks were on disk: 3 or 4 pairs,
+    # depending on which chunks the concurrency limit let run first (the last chunk may hold one pair).
+    asked_again, odd = divmod(rerun_requests, 2)
+    assert odd == 0 and resumed["comparisons"] - 4 <= asked_again <= resumed["comparisons"] - 2
 
     # And it is the dataset an uninterrupted run gives (a fresh cache: everything sampled and judged).
     with ScriptedServer(world_judge) as server:

@@ -76,7 +76,7 @@ def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     )
     if trainer_cls is not DPOTrainer:
         trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(cfg.per_device_train_batch_size, cfg.sft_ratio),
-                                     cfg.sft_weight, cfg.seed)
+                                     cfg.sft_weight, cfg.seed + trainer.accelerator.process_index)  # each rank its own draws
     train_timer = Timer()
     trainer.train()
     train_seconds = train_timer.seconds()

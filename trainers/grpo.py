@@ -100,7 +100,8 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
     if trainer_cls is not GRPOTrainer:
         # Per optimizer step: sft_ratio SFT examples per prompt of the step's groups.
         prompts_per_step = max(1, cfg.per_device_train_batch_size // (cfg.num_generations or 1))
-        trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(prompts_per_step, cfg.sft_ratio), cfg.sft_weight, cfg.seed)
+        trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(prompts_per_step, cfg.sft_ratio), cfg.sft_weight,
+                                     cfg.seed + trainer.accelerator.process_index)  # each rank its own draws
     train_timer = Timer()
     trainer.train()
     train_seconds = train_timer.seconds()
