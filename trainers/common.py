@@ -182,8 +182,12 @@ def config_record(config: Any) -> dict[str, Any]:
     any other field named like a secret is dropped all the same."""
     data = config.to_dict() if hasattr(config, "to_dict") else asdict(config) if is_dataclass(config) else dict(config)
     secret = ("token", "api_key", "password", "secret")
-    return {k: v for k, v in data.items() if not k.startswith("_") and not any(s in k.lower() for s in secret)
-            or k.endswith("_tokens")}
+    def keep(key: str) -> bool:
+        if key.startswith("_"):
+            return False
+        return key.endswith("_tokens") or not any(s in key.lower() for s in secret)  # max_new_tokens is no secret
+
+    return {k: v for k, v in data.items() if keep(k)}
 
 
 def device_defaults(config) -> None:
