@@ -71,3 +71,23 @@ def transformers_serve(tmp_path_factory):
         pytest.fail(str(error))
     yield server
     server.stop()
+
+
+# -- a real local Argilla (tests/test_argilla.py, test_flows.py, test_demo.py) ---------------------
+
+
+def local_argilla(workdir: Path):
+    """A LocalArgilla in `workdir` whose server environment is built (once per checkout, cached under
+    .prefdata/argilla/venv). Not started: each module starts its own, since some kill theirs. Skips
+    with the reason only where the environment cannot be built, and never in CI."""
+    from prefdata.argilla.server import LocalArgilla
+    from prefdata.errors import PrefdataError
+
+    server = LocalArgilla(workdir, venv=REPO / ".prefdata" / "argilla" / "venv")
+    try:
+        server.ensure_venv(log=print)
+    except PrefdataError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build argilla-server: {exc}")
+        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    return server

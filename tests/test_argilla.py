@@ -8,7 +8,6 @@ only where that build cannot happen (no package index), and never in CI.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import polars as pl
 import pytest
+from conftest import local_argilla
 
 from prefdata.errors import PrefdataError
 
@@ -35,15 +35,9 @@ PENDING_QUEUE = {"filters": {"and": [
 @pytest.fixture(scope="session")
 def argilla(tmp_path_factory):
     """(LocalArgilla, ServerInfo) of a real server with a fresh database, on a free port."""
-    from prefdata.argilla.server import LocalArgilla, free_port
+    from prefdata.argilla.server import free_port
 
-    server = LocalArgilla(tmp_path_factory.mktemp("argilla"), venv=REPO / ".prefdata" / "argilla" / "venv")
-    try:
-        server.ensure_venv(log=print)
-    except PrefdataError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must build argilla-server: {exc}")
-        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    server = local_argilla(tmp_path_factory.mktemp("argilla"))
     info = server.start(port=free_port(), log=print)
     yield server, info
     server.stop()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import local_argilla
 
 SUMMARY_KEYS = {"task_accuracy_before", "task_accuracy_after", "general_accuracy_before", "general_accuracy_after",
                 "judge_verifier_agreement", "dataset_version", "model_dir", "seconds"}
@@ -23,17 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def argilla_workdir(tmp_path_factory):
     """A real argilla-server, started as `prefdata argilla up` starts it, in its own working folder."""
-    from prefdata.argilla.server import LocalArgilla, free_port
-    from prefdata.errors import PrefdataError
+    from prefdata.argilla.server import free_port
 
     workdir = tmp_path_factory.mktemp("argilla")
-    server = LocalArgilla(workdir, venv=REPO / ".prefdata" / "argilla" / "venv")
-    try:
-        server.ensure_venv(log=print)
-    except PrefdataError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must build argilla-server: {exc}")
-        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    server = local_argilla(workdir)
     server.start(port=free_port(), log=print)
     yield workdir
     server.stop()

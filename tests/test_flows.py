@@ -25,6 +25,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
+from conftest import local_argilla  # noqa: E402
 
 from prefdata.errors import UnusableInput  # noqa: E402
 from prefdata.flows.params import (  # noqa: E402
@@ -189,9 +190,6 @@ def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
 
 
 def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api, tmp_path):
-    trainers = pytest.importorskip("prefdata.trainers")
-    if not hasattr(trainers, "train"):
-        pytest.skip("prefdata.trainers.train does not exist yet")
     from prefdata.flows.train import train
 
     tmp, result = collected
@@ -300,17 +298,9 @@ def test_judging_goes_through_the_global_concurrency_limit(prefect_api, world, t
 @pytest.fixture(scope="module")
 def argilla_server(tmp_path_factory):
     """A real argilla-server on 127.0.0.1 (prefdata.argilla's manager; its venv is shared and cached)."""
-    pytest.importorskip("prefdata.argilla")
-    from prefdata.argilla.server import LocalArgilla, free_port
-    from prefdata.errors import PrefdataError
+    from prefdata.argilla.server import free_port
 
-    server = LocalArgilla(tmp_path_factory.mktemp("argilla"), venv=REPO / ".prefdata" / "argilla" / "venv")
-    try:
-        server.ensure_venv(log=print)
-    except PrefdataError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must build argilla-server: {exc}")
-        pytest.skip(f"argilla-server cannot be built here ({exc})")
+    server = local_argilla(tmp_path_factory.mktemp("argilla"))
     yield server.start(port=free_port(), log=print)
     server.stop()
 

@@ -301,8 +301,6 @@ def test_a_guard_stops_a_real_dpo_run(dataset, world, tmp_path, monkeypatch):
 
 
 def test_sft_batch_size_and_mixer_draws():
-    from transformers import AutoTokenizer  # noqa: F401 - the mixer needs a tokenizer; the world's is enough
-
     from prefdata.trainers.common import sft_batch_size
     from prefdata.trainers.mixing import SFTMixer
     from prefdata.world import build_tokenizer

@@ -40,6 +40,24 @@ class MixConfig:
 
 
 @dataclass
+class RunDefaults:
+    """Defaults every TRL-based method config shares, listed first among its bases so these win over
+    TRL's: log each step (the guards read each log), prefdata saves the model itself, no trackers, and
+    device_defaults for bf16 / checkpointing / use_cpu."""
+
+    logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
+    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
+    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
+    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
+    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
+    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
+
+    def __post_init__(self):
+        device_defaults(self)
+        super().__post_init__()  # the TRL config's own checks
+
+
+@dataclass
 class TrainResult:
     method: str
     dataset: str
@@ -242,20 +260,26 @@ def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | Non
         raise UnusableInput(f"evaluator {spec!r} cannot be loaded ({exc}); give 'module:function'") from None
 
 
-def sft_loss(model, tokenizer, examples: list[tuple[str, str]], batch_size: int = 32) -> float:
-    """Mean next-token loss of the completions given their prompts: the held-out SFT loss."""
+def _completion_logps(model, tokenizer, examples: list[tuple[str, str]], batch_size: int = 32):
+    """Per batch: (token log-probs of each completion given its prompt, the mask of completion tokens)."""
     import torch
 
-    total, count = 0.0, 0
     model.eval()
     with torch.inference_mode():
         for lo in range(0, len(examples), batch_size):
             batch = lm_batch(tokenizer, examples[lo:lo + batch_size], model.device)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
             labels = batch["labels"][:, 1:]
-            losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), labels, ignore_index=-100, reduction="sum")
-            total += losses.item()
-            count += int((labels != -100).sum())
+            logps = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            yield logps, labels != -100
+
+
+def sft_loss(model, tokenizer, examples: list[tuple[str, str]]) -> float:
+    """Mean next-token loss of the completions given their prompts: the held-out SFT loss."""
+    total, count = 0.0, 0
+    for logps, mask in _completion_logps(model, tokenizer, examples):
+        total -= (logps * mask).sum().item()
+        count += int(mask.sum())
     return total / max(count, 1)
 
 
@@ -286,19 +310,11 @@ def preference_accuracy(model, tokenizer, pairs: list[dict[str, str]]) -> float 
     return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
 
 
-def _mean_logps(model, tokenizer, examples, batch_size: int = 32) -> list[float]:
-    import torch
-
+def _mean_logps(model, tokenizer, examples) -> list[float]:
+    """Each completion's mean token log-prob given its prompt."""
     out: list[float] = []
-    model.eval()
-    with torch.inference_mode():
-        for lo in range(0, len(examples), batch_size):
-            batch = lm_batch(tokenizer, examples[lo:lo + batch_size], model.device)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-            labels = batch["labels"][:, 1:]
-            mask = labels != -100
-            logps = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-            out += ((logps * mask).sum(1) / mask.sum(1)).tolist()
+    for logps, mask in _completion_logps(model, tokenizer, examples):
+        out += ((logps * mask).sum(1) / mask.sum(1)).tolist()
     return out
 
 
@@ -357,6 +373,36 @@ def finish(trainer, tokenizer, output_dir: Path) -> dict[str, Any]:
         save_merged(trainer.model, tokenizer, output_dir)
     trainer.accelerator.wait_for_everyone()
     return ranks
+
+
+def train_and_measure(method: str, trainer, tokenizer, output_dir: Path, mix: MixConfig, data: TrainingData,
+                      log: Callable[[str], None], *, before: dict | None = None, guards=None,
+                      final_keys: tuple = (), pool: list | None = None) -> dict[str, Any]:
+    """Train, stop on a guard's alarm, save once (rank 0), and measure: the figures every plugin reports.
+    `before` given: evaluate the saved model the same way and report before/after/change."""
+    from prefdata.trainers.guards import GuardTripped
+
+    timer = Timer()
+    trainer.train()
+    train_seconds = timer.seconds()
+    steps = trainer.state.global_step
+    if guards is not None and guards.alarm:
+        raise GuardTripped(f"{method} stopped at step {steps}: {guards.alarm}")
+    ranks = finish(trainer, tokenizer, output_dir)
+    history = [h for h in (guards.history if guards is not None else trainer.state.log_history) if "loss" in h]
+    metrics: dict[str, Any] = {}
+    if before is not None:
+        after = evaluate_model(output_dir, mix, data)
+        log(f"{method}: after {after}")
+        metrics.update(before_after(before, after))
+    metrics.update(steps=steps, ranks=ranks, train_seconds=train_seconds,
+                   seconds_per_step=round(train_seconds / max(steps, 1), 3))
+    if final_keys:
+        metrics["final"] = {k: history[-1][k] for k in final_keys if history and k in history[-1]}
+    if pool is not None:
+        metrics["sft_mix"] = {"sources": mix.sft_sources, "ratio": mix.sft_ratio if pool else 0.0, "pool": len(pool)}
+    metrics["log"] = history
+    return metrics
 
 
 # -- saving ----------------------------------------------------------------------------------------

@@ -11,29 +11,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from trl import DPOConfig, DPOTrainer
 
 from prefdata.trainers import Plugin
 from prefdata.trainers.common import (
     MixConfig,
+    RunDefaults,
     Timer,
     TrainingData,
-    before_after,
-    device_defaults,
     evaluate_model,
     lora_config,
-    finish,
     sft_batch_size,
     sft_pool,
+    train_and_measure,
 )
-from prefdata.trainers.guards import GuardTripped, defaults, guard_callback
+from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, with_sft_mix
 
 
 @dataclass
-class DPOTrainConfig(DPOConfig, MixConfig):
+class DPOTrainConfig(RunDefaults, DPOConfig, MixConfig):
     """TRL's DPOConfig plus prefdata's mixing, LoRA and evaluation fields (MixConfig)."""
 
     loss_type: list[str] = field(default_factory=lambda: ["sigmoid", "sft"], metadata={"help": "TRL DPO loss types, combined with loss_weights."})
@@ -42,17 +41,7 @@ class DPOTrainConfig(DPOConfig, MixConfig):
     learning_rate: float = field(default=5e-4, metadata={"help": "LoRA learning rate."})
     max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
-    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
-    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
-    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
-    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
-    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
     max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
-
-    def __post_init__(self):
-        device_defaults(self)
-        super().__post_init__()
 
 
 def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
@@ -77,28 +66,9 @@ def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     if trainer_cls is not DPOTrainer:
         trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(cfg.per_device_train_batch_size, cfg.sft_ratio),
                                      cfg.sft_weight, cfg.seed + trainer.accelerator.process_index)  # each rank its own draws
-    train_timer = Timer()
-    trainer.train()
-    train_seconds = train_timer.seconds()
-    if guards.alarm:
-        raise GuardTripped(f"dpo stopped at step {trainer.state.global_step}: {guards.alarm}")
-    ranks = finish(trainer, tokenizer, output_dir)
-    after = evaluate_model(output_dir, cfg, data)
-    log(f"dpo: after {after}")
-    history = [h for h in guards.history if "loss" in h]
-    metrics = {
-        **before_after(before, after),
-        "steps": trainer.state.global_step,
-        "ranks": ranks,
-        "train_seconds": train_seconds,
-        "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
-        "seconds": timer.seconds(),
-        "final": {k: history[-1][k] for k in ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
-                                               "rewards/accuracies", "sft_loss") if history and k in history[-1]},
-        "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
-        "log": history,
-    }
-    return output_dir, metrics
-
+    metrics = train_and_measure("dpo", trainer, tokenizer, output_dir, cfg, data, log, before=before, guards=guards, pool=pool,
+                                final_keys=("loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
+                                            "rewards/accuracies", "sft_loss"))
+    return output_dir, {**metrics, "seconds": timer.seconds()}
 
 plugin = Plugin("dpo", DPOTrainConfig, run, "Direct Preference Optimization (TRL DPOTrainer) on LoRA adapters")

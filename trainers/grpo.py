@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from trl import GRPOConfig, GRPOTrainer
 
@@ -20,23 +20,22 @@ from prefdata.errors import UnusableInput
 from prefdata.trainers import Plugin
 from prefdata.trainers.common import (
     MixConfig,
+    RunDefaults,
     Timer,
     TrainingData,
-    before_after,
-    device_defaults,
     evaluate_model,
     lora_config,
     rule_reward,
-    finish,
     sft_batch_size,
     sft_pool,
+    train_and_measure,
 )
-from prefdata.trainers.guards import GuardTripped, defaults, guard_callback
+from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, with_sft_mix
 
 
 @dataclass
-class GRPOTrainConfig(GRPOConfig, MixConfig):
+class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
     """TRL's GRPOConfig plus prefdata's rewards, mixing, LoRA and evaluation fields."""
 
     rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources: 'rule:module:function' and/or 'rm:PATH'; weighted by reward_weights."})
@@ -47,16 +46,6 @@ class GRPOTrainConfig(GRPOConfig, MixConfig):
     max_completion_length: int | None = field(default=8, metadata={"help": "Tokens per completion."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for the group."})
     beta: float = field(default=0.04, metadata={"help": "KL coefficient (seed table: 0.02-0.06 for GRPO)."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
-    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
-    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
-    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
-    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
-    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
-
-    def __post_init__(self):
-        device_defaults(self)
-        super().__post_init__()
 
 
 def reward_funcs(specs: list[str]) -> list:
@@ -102,28 +91,8 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
         prompts_per_step = max(1, cfg.per_device_train_batch_size // (cfg.num_generations or 1))
         trainer.sft_mixer = SFTMixer(pool, tokenizer, sft_batch_size(prompts_per_step, cfg.sft_ratio), cfg.sft_weight,
                                      cfg.seed + trainer.accelerator.process_index)  # each rank its own draws
-    train_timer = Timer()
-    trainer.train()
-    train_seconds = train_timer.seconds()
-    if guards.alarm:
-        raise GuardTripped(f"grpo stopped at step {trainer.state.global_step}: {guards.alarm}")
-    ranks = finish(trainer, tokenizer, output_dir)
-    after = evaluate_model(output_dir, cfg, data)
-    log(f"grpo: after {after}")
-    history = [h for h in guards.history if "loss" in h]
-    metrics = {
-        **before_after(before, after),
-        "steps": trainer.state.global_step,
-        "ranks": ranks,
-        "train_seconds": train_seconds,
-        "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
-        "seconds": timer.seconds(),
-        "final": {k: history[-1][k] for k in ("loss", "reward", "reward_std", "kl", "frac_reward_zero_std", "sft_loss")
-                  if history and k in history[-1]},
-        "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
-        "log": history,
-    }
-    return output_dir, metrics
-
+    metrics = train_and_measure("grpo", trainer, tokenizer, output_dir, cfg, data, log, before=before, guards=guards,
+                                pool=pool, final_keys=("loss", "reward", "reward_std", "kl", "frac_reward_zero_std", "sft_loss"))
+    return output_dir, {**metrics, "seconds": timer.seconds()}
 
 plugin = Plugin("grpo", GRPOTrainConfig, run, "Group Relative Policy Optimization (TRL GRPOTrainer) on LoRA adapters")

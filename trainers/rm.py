@@ -10,33 +10,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from trl import RewardConfig, RewardTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import MixConfig, Timer, TrainingData, device_defaults, finish, lora_config
+from prefdata.trainers.common import (
+    MixConfig,
+    RunDefaults,
+    Timer,
+    TrainingData,
+    lora_config,
+    train_and_measure,
+)
 
 
 @dataclass
-class RMTrainConfig(RewardConfig, MixConfig):
+class RMTrainConfig(RunDefaults, RewardConfig, MixConfig):
     """TRL's RewardConfig plus prefdata's LoRA fields (MixConfig; its SFT mixing fields do not apply)."""
 
     learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate (LoRA and the new score head)."})
     max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every N steps."})
-    save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
-    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
-    bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
-    # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
-    activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
     max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
     sft_ratio: float = field(default=0.0, metadata={"help": "Not used by rm (a reward model has no generation to protect)."})
-
-    def __post_init__(self):
-        device_defaults(self)
-        super().__post_init__()
 
 
 def pairwise_accuracy(model_dir: Path | str, pairs: list[dict[str, str]]) -> float | None:
@@ -63,23 +60,11 @@ def run(cfg: RMTrainConfig, data: TrainingData, output_dir: Path, log: Callable[
     cfg.output_dir = str(output_dir / "trainer")
     trainer = RewardTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(data.train), processing_class=tokenizer,
                             peft_config=lora_config(cfg, "SEQ_CLS") if cfg.use_lora else None)
-    train_timer = Timer()
-    trainer.train()
-    train_seconds = train_timer.seconds()
-    ranks = finish(trainer, tokenizer, output_dir)
-    history = [h for h in trainer.state.log_history if "loss" in h]
-    metrics = {
-        "heldout_pairwise_accuracy": pairwise_accuracy(output_dir, data.eval),
-        "train_pairwise_accuracy": pairwise_accuracy(output_dir, data.train[:500]),
-        "steps": trainer.state.global_step,
-        "ranks": ranks,
-        "train_seconds": train_seconds,
-        "seconds_per_step": round(train_seconds / max(trainer.state.global_step, 1), 3),
-        "seconds": timer.seconds(),
-        "log": history,
-    }
+    metrics = train_and_measure("rm", trainer, tokenizer, output_dir, cfg, data, log)
+    metrics = {"heldout_pairwise_accuracy": pairwise_accuracy(output_dir, data.eval),
+               "train_pairwise_accuracy": pairwise_accuracy(output_dir, data.train[:500]),
+               **metrics, "seconds": timer.seconds()}
     log(f"rm: held-out pairwise accuracy {metrics['heldout_pairwise_accuracy']}")
     return output_dir, metrics
-
 
 plugin = Plugin("rm", RMTrainConfig, run, "Bradley-Terry reward model (TRL RewardTrainer) on LoRA adapters")
