@@ -262,3 +262,71 @@ def check_agreement(
             "n_offending": len(offending),
         },
     )
+
+
+# -- label audit: do the annotators uphold the dataset's own labels? -------------------------------------
+
+LABEL_AUDIT_ID = "label_audit"
+# The same floor as label_direction (checklist item 8, an independent evaluation prefers chosen):
+# a human audit is that independent evaluation. For scale: InstructGPT's labelers agreed with each
+# other on 73-77% of comparisons (Ouyang et al. 2022); labels worse than 60% are not worth training
+# on as they are.
+DEFAULT_MIN_LABEL_AGREEMENT = 0.6
+
+
+def label_agreement(votes: pl.DataFrame) -> dict[str, Any]:
+    """How often annotators uphold the dataset's own labels. `votes`: pair_id, annotator, vote and
+    `label`, the dataset's label for the pair in the votes' own terms (a/b/tie; `argilla pull`
+    writes it for every pushed row that had one, and "a" for a version's pairs: chosen is response_a).
+
+    Per pair, the majority vote (more than half of the pair's votes) upholds the label, reverses
+    it (the other side wins), ties it (tie wins over a preference), or there is none (undecided).
+    Overturned = reversed or tied: the majority is against the label.
+    """
+    votes = votes.drop_nulls(["vote", "label"]).with_columns(pl.col("vote").cast(pl.String),
+                                                               pl.col("label").cast(pl.String))
+    labels = votes.group_by("pair_id").agg(pl.col("label").n_unique().alias("k"), pl.col("label").first())
+    if labels.filter(pl.col("k") > 1).height:
+        raise ValueError(f"pair {labels.filter(pl.col('k') > 1)['pair_id'][0]!r} has two different labels in the votes")
+    majority = majority_labels(votes).rename({"label": "majority"})
+    verdict = majority.join(labels.select("pair_id", "label"), on="pair_id").with_columns(
+        pl.when(pl.col("majority").is_null()).then(pl.lit("undecided"))
+        .when(pl.col("majority") == pl.col("label")).then(pl.lit("upheld"))
+        .when(pl.col("majority") == "tie").then(pl.lit("tied"))
+        .otherwise(pl.lit("reversed")).alias("verdict")
+    ).sort("pair_id")
+    count = dict(verdict.group_by("verdict").len().iter_rows())
+    agree = votes.with_columns((pl.col("vote") == pl.col("label")).alias("agrees"))
+    per = agree.group_by("annotator").agg(pl.col("agrees").mean()).sort("annotator")
+    return {
+        "n_audited": verdict.height,
+        "n_upheld": count.get("upheld", 0),
+        "n_reversed": count.get("reversed", 0),
+        "n_tied": count.get("tied", 0),
+        "n_undecided": count.get("undecided", 0),
+        "overturned": [str(p) for p in verdict.filter(pl.col("verdict").is_in(["reversed", "tied"]))["pair_id"]],
+        "vote_agreement": float(agree["agrees"].mean()) if agree.height else math.nan,
+        "per_annotator": {str(a): float(s) for a, s in per.iter_rows()},
+        "n_votes": agree.height,
+    }
+
+
+def check_label_audit(votes: pl.DataFrame | None,
+                      min_agreement: float = DEFAULT_MIN_LABEL_AGREEMENT) -> list[CheckResult]:
+    """The share of audited pairs whose annotators' majority upholds the dataset's label; fails
+    below `min_agreement`. The offending pairs are the overturned ones (`prefdata filter --drop
+    label_audit` removes them). Votes without a `label` column are no audit: no result at all, so
+    datasets that were never audited are neither passed nor failed by it."""
+    if votes is None or "label" not in votes.columns:
+        return []
+    found = label_agreement(votes)
+    if found["n_audited"] == 0:
+        return [skip(LABEL_AUDIT_ID, "no vote names a pair with a label", min_agreement)]
+    share = found["n_upheld"] / found["n_audited"]
+    status = "pass" if share >= min_agreement else "fail"
+    overturned = tuple(found.pop("overturned"))
+    message = (f"annotators uphold {found['n_upheld']} of {found['n_audited']} labels ({share:.0%}); "
+               f"{found['n_reversed']} reversed, {found['n_tied']} tied, {found['n_undecided']} undecided; "
+               f"{found['vote_agreement']:.0%} of {found['n_votes']} votes agree")
+    return [CheckResult(LABEL_AUDIT_ID, status, metric=share, threshold=min_agreement, offending=overturned,
+                        message=message, details={**found, "n_offending": len(overturned)})]

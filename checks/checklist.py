@@ -33,6 +33,100 @@ class CheckInputs:
     lineage: dict[str, Any] | None = None
     verdicts: pl.DataFrame | None = None        # an independent scorer's verdicts: id, preferred
     docs_dir: Path | None = None                # where GX writes its Data Docs
+    lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
+    rows_read: int | None = None                # rows read from them (default: the pairs given)
+
+
+def lost_for(inputs: CheckInputs, check_id: str) -> pl.DataFrame | None:
+    """The rows lost at read that count in `check_id`: degenerate ones (identical sides, an empty
+    text) in degenerate_pairs, every other one in unreadable_rows, so each counts once."""
+    from prefdata.checks.structure import degenerate_at_read
+
+    if inputs.lost is None or inputs.lost.height == 0:
+        return None
+    reasons = inputs.lost["reason"].to_list()
+    degenerate = pl.Series([degenerate_at_read(r) is not None for r in reasons], dtype=pl.Boolean)
+    return inputs.lost.filter(degenerate if check_id == "degenerate_pairs" else ~degenerate)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric parameter may take: bounds (None: unbounded), open or closed."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    def admits(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return False
+        if value != value:  # NaN
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        kind = "an integer " if self.integer else ""
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"{kind}in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"{kind}{'>' if self.low_open else '>='} {self.low:g}"
+        return f"{kind}{'<' if self.high_open else '<='} {self.high:g}"
+
+
+SHARE = Range(0, 1)                               # a fraction of rows
+P_VALUE = Range(0, 1, low_open=True, high_open=True)
+SIMILARITY = Range(0, 1, low_open=True)           # a Jaccard threshold: 0 would join everything
+LENGTH_RATIO = Range(1)                           # longer / shorter is never below 1
+COUNT = Range(0, integer=True)
+POSITIVE = Range(1, integer=True)                 # sizes and n-gram lengths that 0 would break
+
+# The range of every numeric parameter a config may set; load_config refuses values outside it
+# (a negative min_pairs used to make min_size pass). tests/test_checklist.py checks that every
+# numeric parameter has one and that the defaults lie in it.
+RANGES: dict[tuple[str, str], Range] = {
+    ("prompt_distribution", "alpha"): P_VALUE,
+    ("prompt_distribution", "max_samples"): POSITIVE,
+    ("prompt_distribution", "seed"): COUNT,
+    ("prompt_distribution", "n_permutations"): POSITIVE,
+    ("length_ratio", "max_ratio"): LENGTH_RATIO,
+    ("length_ratio", "max_violation_share"): SHARE,
+    ("agreement", "threshold"): Range(-1, 1),     # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
+    ("safety", "max_flagged_share"): SHARE,
+    ("safety", "score_threshold"): SHARE,         # a classifier's score
+    ("category_coverage", "min_share"): SHARE,
+    ("answer_leakage", "ngram"): POSITIVE,
+    ("answer_leakage", "max_overlap"): Range(0, 1, high_open=True),
+    ("answer_leakage", "min_chars"): COUNT,
+    ("label_direction", "min_agreement"): SHARE,
+    ("label_audit", "min_agreement"): SHARE,
+    ("split_isolation", "near_threshold"): SIMILARITY,
+    ("min_size", "min_pairs"): COUNT,
+    ("min_size", "min_pairs_hard"): COUNT,
+    ("sft_subset", "min_ratio"): Range(0),        # SFT rows / train pairs
+    ("annotation_guidelines", "min_chars"): COUNT,
+    ("exact_duplicates", "max_share"): SHARE,
+    ("near_duplicates", "threshold"): SIMILARITY,
+    ("near_duplicates", "num_perm"): POSITIVE,
+    ("near_duplicates", "ngram"): POSITIVE,
+    ("near_duplicates", "max_share"): SHARE,
+    ("near_duplicates", "seed"): COUNT,
+    ("gx", "max_length_ratio"): LENGTH_RATIO,
+    ("gx", "max_text_chars"): POSITIVE,
+    ("gx", "min_rows"): COUNT,
+    ("unreadable_rows", "max_share"): SHARE,
+}
+
+
+def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
+    """The values a text parameter may take, from the checks that define them."""
+    from prefdata.checks import agreement, structure
+
+    return {("agreement", "level"): agreement.LEVELS, ("min_size", "kind"): structure.SIZE_KINDS,
+            ("near_duplicates", "scope"): ("pair", "prompt")}
 
 
 def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], dict[str, Any]]]]:
@@ -49,6 +143,8 @@ def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], d
         "same_policy": (structure.check_same_policy, lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage}),
         "length_ratio": (structure.check_length_ratio, lambda i: {"pairs": i.pairs}),
         "agreement": (agreement.check_agreement, lambda i: {"votes": i.votes}),
+        # no result unless the votes carry the dataset's labels (a label audit): never a skip
+        "label_audit": (agreement.check_label_audit, lambda i: {"votes": i.votes}),
         "safety": (content.check_safety, lambda i: {"pairs": i.pairs}),
         "category_coverage": (content.check_category_coverage, lambda i: {"pairs": i.pairs}),
         "answer_leakage": (content.check_answer_leakage, lambda i: {"pairs": i.pairs}),
@@ -59,7 +155,12 @@ def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], d
         "annotation_guidelines": (structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text}),
         "exact_duplicates": (dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs}),
         "near_duplicates": (dedup.check_near_duplicates, lambda i: {"pairs": i.pairs}),
-        "degenerate_pairs": (structure.check_degenerate_pairs, lambda i: {"pairs": i.pairs, "comparisons": i.comparisons}),
+        "degenerate_pairs": (structure.check_degenerate_pairs,
+                             lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
+                                        "lost": lost_for(i, "degenerate_pairs")}),
+        "unreadable_rows": (structure.check_unreadable_rows,
+                            lambda i: {"lost": lost_for(i, "unreadable_rows"),
+                                       "n_read": i.rows_read if i.rows_read is not None else i.pairs.height}),
         "gx": (gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir}),
     }
 
@@ -94,6 +195,7 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
                                 f"it takes {', '.join(sorted(defaults))} (or waive)")
         for name, value in params.items():
             _check_type(path, check_id, name, value, defaults.get(name))
+            _check_range(path, check_id, name, value)
         config["checks"][check_id] = {**config["checks"].get(check_id, {}), **params}
     if "strict" in user:
         config["strict"] = bool(user["strict"])
@@ -122,6 +224,17 @@ def _check_type(path: Any, check_id: str, name: str, value: Any, default: Any) -
         raise UnusableInput(f"{where} must be text, got {value!r}")
     elif isinstance(default, (tuple, list)) and not isinstance(value, list):
         raise UnusableInput(f"{where} must be a list, got {value!r}")
+
+
+def _check_range(path: Any, check_id: str, name: str, value: Any) -> None:
+    """A value of the right type must also lie in its parameter's range (RANGES) or choices."""
+    where = f"{path}: {check_id}.{name} = {value!r}"
+    allowed = RANGES.get((check_id, name))
+    if allowed is not None and value is not None and not allowed.admits(value):
+        raise UnusableInput(f"{where} is out of range; allowed: {allowed}")
+    choices = _choices().get((check_id, name))
+    if choices is not None and value not in choices:
+        raise UnusableInput(f"{where} is not allowed; choose one of {', '.join(choices)}")
 
 
 def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,

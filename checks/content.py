@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from prefdata.checks.base import CheckResult, skip
+from prefdata.records import normalise_expr
 
 SAFETY_ID = "safety"
 COVERAGE_ID = "category_coverage"
@@ -746,10 +747,6 @@ def _overlap_in_blocks(
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
 
 
-def _normalised(expr: pl.Expr) -> pl.Expr:
-    return expr.str.to_lowercase().str.replace_all(r"\s+", " ").str.strip_chars()
-
-
 def check_answer_leakage(
     pairs: pl.DataFrame,
     reference_column: str = "reference",
@@ -762,7 +759,8 @@ def check_answer_leakage(
     column). A row is flagged for an answer text when
       - the text (whitespace-stripped, at least `min_chars` characters) appears verbatim in the prompt;
       - it has fewer than `ngram` words, at least `min_chars` characters, and appears in the prompt
-        after lower-casing and collapsing whitespace; or
+        after both are normalised (`prefdata.records.normalise_text`: NFKC, case folding,
+        whitespace); or
       - more than `max_overlap` of its word `ngram`-grams occur in the prompt (`word_ngram_overlap`).
     `min_chars` (default 20) keeps one-word replies ("Yes.", "?", "") from matching every chat
     history that happens to contain them. metric = share of flagged rows; any flagged row fails.
@@ -813,7 +811,7 @@ def check_answer_leakage(
             short = long_enough & (words[a:b] < ngram) & ~verbatim[a:b]
             if short.any():
                 rows = np.flatnonzero(short)
-                sub = frame[rows].select(_normalised(pl.col("p")).alias("p"), _normalised(pl.col("t")).alias("t"))
+                sub = frame[rows].select(normalise_expr("p").alias("p"), normalise_expr("t").alias("t"))
                 hit = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series()
                 short_hit[a + rows] = hit.to_numpy()
         flag = verbatim | overlap | short_hit

@@ -1,4 +1,5 @@
-"""Structural checks on a preference dataset: checklist items 2, 3, 10, 11, 12 and degenerate pairs.
+"""Structural checks on a preference dataset: checklist items 2, 3, 10, 11, 12, degenerate pairs and
+rows lost at read (`check_unreadable_rows`).
 
 Every check is a pure function (frames and thresholds in, `CheckResult` out, no I/O), vectorised
 in polars: on a million ~400-character pairs (2 CPU cores) every check takes about a second or
@@ -21,12 +22,14 @@ each default below cites its item.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
 from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
+from prefdata.records import normalise_expr
 
 from .base import CheckResult, skip
 
@@ -82,23 +85,6 @@ def _blank(column: str) -> pl.Expr:
     return ~pl.col(column).cast(pl.String).fill_null("").str.contains(r"\S")
 
 
-def normalised(column: str) -> pl.Expr:
-    """`prefdata.records.normalise_text` in polars: NFKC, whitespace collapsed and stripped, case folded.
-
-    Case folding is upper- then lower-casing (Rust's full Unicode case mapping: "ß" -> "ss", final
-    "ς" -> "σ"), which equals Python's `str.casefold` except for a few scripts where casefold maps
-    to upper case (Cherokee); nulls become "".
-    """
-    return (
-        pl.col(column).cast(pl.String).fill_null("")
-        .str.normalize("NFKC")
-        .str.replace_all(r"\s+", " ")
-        .str.strip_chars()
-        .str.to_uppercase()
-        .str.to_lowercase()
-    )
-
-
 # Prefix lengths compared before normalising in full: a short, cheap one on every row, then a
 # longer one on the rows that survive it.
 PREFIX_TIERS = (16, 128)
@@ -115,7 +101,7 @@ _STABLE_RUN = rf"^(?:{_STABLE}| {_STABLE})*"
 
 
 def _safe_prefix_keys(pairs: pl.DataFrame, columns: Sequence[str], chars: int) -> pl.DataFrame:
-    """One String column per input column: a prefix of `normalised(column)`, found cheaply.
+    """One String column per input column: a prefix of `normalise_expr(column)`, found cheaply.
 
     Take the first `chars` characters, stripped at the start (and at the end when that is the
     whole text), and keep their leading `_STABLE_RUN`. Unless the run is the whole text, drop its
@@ -152,7 +138,8 @@ def _safe_prefix_keys(pairs: pl.DataFrame, columns: Sequence[str], chars: int) -
 
 
 def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str = "rejected") -> pl.Series:
-    """Per row: `normalised(a) == normalised(b)`, as a Boolean Series named "identical".
+    """Per row: `normalise_expr(a) == normalise_expr(b)` (prefdata.records, the one normaliser), as a
+    Boolean Series named "identical".
 
     Normalising long texts is the slow part (NFKC and the whitespace regex cost seconds per million
     texts), so rows are first compared on `_safe_prefix_keys` of PREFIX_TIERS lengths, which rule
@@ -167,7 +154,7 @@ def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str
         common = pl.min_horizontal(pl.col(a).str.len_chars(), pl.col(b).str.len_chars())
         maybe = keys.select(pl.col(a).str.head(common) == pl.col(b).str.head(common)).to_series()
         rest, rows = rest.filter(maybe), rows.filter(maybe)
-    equal = rest.select(normalised(a) == normalised(b)).to_series()
+    equal = rest.select(normalise_expr(a) == normalise_expr(b)).to_series()
     identical = pl.repeat(False, pairs.height, dtype=pl.Boolean, eager=True).alias("identical")
     return identical.scatter(rows.filter(equal), True)
 
@@ -287,12 +274,23 @@ def _numeric(column: str, dtype: pl.DataType) -> pl.Expr:
     return expr.cast(pl.Float64, strict=False).fill_nan(None)
 
 
-def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None) -> CheckResult:
+def degenerate_at_read(reason: str) -> str | None:
+    """The degenerate reason a row left out at read counts under (its sides identical, a text
+    empty), from the importer's quarantine reason; None for the others (`check_unreadable_rows`)."""
+    if reason == "identical_responses":
+        return "identical"
+    if reason.startswith("empty_text:"):
+        return "empty_" + reason.split(":", 1)[1]
+    return None
+
+
+def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None,
+                           lost: pl.DataFrame | None = None) -> CheckResult:
     """Pairs that teach nothing or teach noise; any one fails the check (threshold 0.0).
 
     Reasons (a row may have several; `details["reasons"]` counts each):
-      identical       chosen equals rejected after NFKC, whitespace collapsing and case folding
-                      (see `normalised`); two empty sides count here too
+      identical       chosen equals rejected after NFKC, case folding and whitespace collapsing
+                      (`prefdata.records.normalise_text`); two empty sides count here too
       empty_chosen    chosen is null, empty or whitespace only
       empty_rejected  the same for rejected
       tie_label       the row's `id` is a comparison labelled "tie" in `comparisons`: a tie was
@@ -301,12 +299,16 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
                       either is missing or not a number are not compared). This is the distilabel
                       failure where every rating ties and a pair is still emitted.
     The tie reasons run only when their input is there; `details["checked"]` says which ran.
+    `lost`: rows of the source the import left out for one of these (`id`, `reason` columns; see
+    `degenerate_at_read`): each is an offending pair under its reason and counts among the pairs,
+    so a file's identical pair fails here whether the importer or this check found it.
     Metric: share of rows with at least one reason.
     """
     check_id = "degenerate_pairs"
     if not {"chosen", "rejected"} <= set(pairs.columns):
         return skip(check_id, "pairs need `chosen` and `rejected` columns", 0.0)
-    if pairs.height == 0:
+    lost = lost if lost is not None else pl.DataFrame(schema={"id": pl.String, "reason": pl.String})
+    if pairs.height == 0 and lost.height == 0:
         return skip(check_id, "no pairs to check", 0.0)
     identical = identical_after_normalisation(pairs)
     exprs: dict[str, pl.Expr] = {
@@ -332,19 +334,50 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
     offending = _ids(pairs, mask)
     reasons = {k: int(flags[k].sum()) for k in DEGENERATE_REASONS if k in flags.columns}
     examples = {k: list(_ids(pairs, flags[k], EXAMPLES_PER_REASON)) for k, n in reasons.items() if n}
-    n = pairs.height
+    for row_id, reason in lost.select(pl.col("id").cast(pl.String), "reason").iter_rows():
+        kind = degenerate_at_read(reason) or reason
+        reasons[kind] = reasons.get(kind, 0) + 1
+        if len(examples.setdefault(kind, [])) < EXAMPLES_PER_REASON:
+            examples[kind].append(row_id)
+    offending += tuple(lost["id"].cast(pl.String).to_list())
+    n = pairs.height + lost.height
     metric = len(offending) / n
     listed = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in reasons.items() if v) or "none"
     not_run = [what for what, ran in (("tie labels (pass comparisons with id and label)", checked["comparisons"]),
                                       ("tied scores (score_chosen/score_rejected columns)", checked["scores"]))
                if not ran]
     message = f"{len(offending)} of {n} pairs are degenerate ({listed})"
+    if lost.height:
+        message += f"; {lost.height} of them left out at read"
     if not_run:
         message += "; not checked: " + ", ".join(not_run)
     return CheckResult(
         check_id, _status(metric > 0.0), metric=metric, threshold=0.0, offending=offending, message=message,
         details={"reasons": reasons, "examples": examples, "checked": checked,
-                 "n_pairs": n, "n_offending": len(offending)},
+                 "n_pairs": n, "n_offending": len(offending), "lost_at_read": lost.height},
+    )
+
+
+def check_unreadable_rows(lost: pl.DataFrame | None, n_read: int, max_share: float = 0.0) -> CheckResult:
+    """Rows of the input that reading it left out, for a reason no other check counts (a broken
+    line, a missing or wrong-typed field, a vote for an unknown pair...): `lost` has their `id`
+    (the row's own id, else FILE:ROW) and `reason`; `n_read` is the number of rows read. Nothing is
+    dropped silently: any lost row fails the check by default. Metric: lost / read; fails above
+    `max_share`. Reading a store version loses nothing (its import's quarantine is in the version).
+    """
+    check_id = "unreadable_rows"
+    lost = lost if lost is not None else pl.DataFrame(schema={"id": pl.String, "reason": pl.String})
+    if n_read <= 0:
+        return skip(check_id, "no rows read", max_share)
+    counts = Counter(lost["reason"].cast(pl.String).to_list())
+    reasons = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    metric = lost.height / n_read
+    listed = ", ".join(f"{n} {r}" for r, n in reasons.items())
+    message = f"{lost.height} of {n_read} rows read were left out" + (f" ({listed})" if listed else "")
+    return CheckResult(
+        check_id, _status(metric > max_share), metric=metric, threshold=max_share,
+        offending=tuple(lost["id"].cast(pl.String).to_list()), message=message,
+        details={"reasons": reasons, "n_read": n_read, "n_offending": lost.height},
     )
 
 

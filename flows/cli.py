@@ -15,7 +15,7 @@ def serve(
     file: Annotated[Path, typer.Option("--file", "-f", help="The deployments file.")] = Path("prefect.yaml"),
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Serve only FLOW/DEPLOYMENT (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the deployments and list them; serve nothing.")] = False,
-    limit: Annotated[Optional[int], typer.Option(help="At most this many runs at once [default: no limit].")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="At most this many runs at once (default: no limit).")] = None,
 ) -> int:
     """Serve prefect.yaml's deployments from this process: scheduled and triggered runs execute here."""
     from prefdata.flows.deployments import load

@@ -34,9 +34,13 @@ def train(dataset: str, training: Training = Training(), store: str | None = Non
     from prefdata.errors import GateFailed
     from prefdata.store import Store
 
-    v = Store(store).get(dataset)
+    st = Store(store)
+    v = st.get(dataset)
     if v.status != "validated":
         raise GateFailed(f"{v.ref} is {v.status}: only a validated version trains (run the publish flow first)")
+    problems = st.verify(v.ref)  # the files, and the signature on the status: a typed-in "validated" stops here
+    if problems:
+        raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`")
     result = train_model(v.ref, training, store)
     metrics = "\n".join(f"| {k} | {val} |" for k, val in result["metrics"].items())
     create_markdown_artifact(

@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 _state = {"verbose": False}
 
-StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL [default: $PREFDATA_STORE or .prefdata/store]")]
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")]
 
 
 def _console(stderr: bool = False):
@@ -114,19 +114,35 @@ def _print_import(summary: dict) -> None:
 
 
 @app.command()
-def versions(name: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None, store: StoreOpt = None) -> int:
-    """List the versions in the store."""
-    from rich.table import Table
-
+def versions(name: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+             json_out: Annotated[bool, typer.Option("--json", help="Print every version's whole manifest, with its id, as a JSON list.")] = False,
+             store: StoreOpt = None) -> int:
+    """List the versions in the store: the full NAME@VERSION id first, never cut (in a pipe too)."""
     from prefdata.store import Store
 
-    table = Table("version", "status", "created", "pairs", "checks")
-    for v in Store(store).versions(name):
-        rows = v.manifest["counts"]["rows"].get("default", {})
+    st = Store(store)
+    found = st.versions(name)
+    if json_out:
+        print(json.dumps([{"id": v.ref, **v.manifest} for v in found], indent=2, ensure_ascii=False))
+        return 0
+    rows, doubtful = [("id", "status", "pairs", "checks", "created")], False
+    for v in found:
+        counts = v.manifest["counts"]["rows"].get("default", {})
         report = v.manifest.get("check_report")
         checks = "-" if not report else ("passed" if report.get("passed") else "failed")
-        table.add_row(v.ref, v.status, v.manifest["created_at"], str(sum(rows.values())), checks)
-    _console().print(table)
+        try:
+            unsigned = bool(st.status_problems(v.manifest))
+        except UnusableInput:  # no readable key here: the listing still lists; verify says why
+            unsigned = False
+        doubtful |= unsigned
+        rows.append((v.ref, v.status + "?" * unsigned, str(sum(counts.values())), checks, v.manifest["created_at"]))
+    # Plain columns sized to their content, no table widget: an id is never cut or wrapped inside a
+    # cell, whatever the terminal's width; a long line runs on, the id whole at its start.
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    if doubtful:
+        print("? the status does not match its signature: run `prefdata verify ID`")
     return 0
 
 
@@ -137,13 +153,19 @@ def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the 
     """Show a version: status, rows per split, lineage and check results."""
     from prefdata.store import Store
 
-    v = Store(store).get(ref)
+    st = Store(store)
+    v = st.get(ref)
     m = v.manifest
     if json_out:
         print(json.dumps(m, indent=2, ensure_ascii=False))
         return 0
-    console = _console()
+    console = _console()  # soft wrap: the id, first, is never cut
     console.print(f"{v.ref}  status: {m['status']}  created: {m['created_at']}")
+    try:
+        for problem in st.status_problems(m):
+            console.print(f"  untrusted {problem} (see `prefdata verify {v.ref}`)")
+    except UnusableInput as exc:  # no readable key: say so, show the rest
+        console.print(f"  status not checked: {exc}")
     for config, splits in m["counts"]["rows"].items():
         console.print(f"  {config}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
     counts = m["counts"]
@@ -162,7 +184,8 @@ def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the 
 
 @app.command()
 def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: StoreOpt = None) -> int:
-    """Check every file of a version against its manifest; exit 1 on any change, loss or addition."""
+    """Check every file of a version against its manifest, and its status against its signature;
+    exit 1 on any change, loss or addition (dot-files too), or a status or report edited by hand."""
     from prefdata.store import Store
 
     st = Store(store)
@@ -174,7 +197,8 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
             console.print(f"{v.ref}: {p}")
         console.print(f"{v.ref}: FAILED verification ({len(problems)} problem{'s' * (len(problems) != 1)})")
         return 1
-    console.print(f"{v.ref}: ok ({len(v.manifest['files'])} files match the manifest)")
+    signed = ", its signature matches" if v.manifest.get("status_signature") else ""
+    console.print(f"{v.ref}: ok ({len(v.manifest['files'])} files match the manifest; status {v.status}{signed})")
     return 0
 
 
@@ -206,7 +230,8 @@ def _print_results(results, passed: bool) -> None:
 @app.command()
 def check(
     data: Annotated[str, typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")],
-    votes: Annotated[Optional[Path], typer.Option(help="Long votes table for a data file: pair_id, annotator, vote.")] = None,
+    votes: Annotated[Optional[Path], typer.Option(help="Long votes table (pair_id, annotator, vote): a data file's, or "
+                                                       "for NAME@VERSION a label audit's from `prefdata argilla pull`.")] = None,
     eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
     reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
     card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
@@ -226,9 +251,13 @@ def check(
                                scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None)
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
     _write_json(json_path, {**outcome.report, "input": info})
-    if "import" in info and info["import"]["quarantined"]:
-        _console().print(f"note: {info['import']['quarantined']} rows of {data} were unusable and left out "
-                         f"({', '.join(f'{n} {r}' for r, n in info['import']['reasons'].items())})")
+    # what reading the file (and --votes) left out, said here too, not only in --json; the gate
+    # counts these rows (degenerate_pairs, unreadable_rows)
+    for what, source in (("rows", data), ("votes", votes)):
+        left_out = info.get("left_out", {}).get(what)
+        if left_out:
+            _console().print(f"note: {sum(left_out.values())} {what} of {source} were unusable and left out "
+                             f"({', '.join(f'{n} {r}' for r, n in left_out.items())}); the checklist counts them")
     _print_results(outcome.results, outcome.passed)
     for kind, path in outcome.reports.items():
         _console().print(f"{kind}: {path}")
@@ -241,8 +270,10 @@ def filter_cmd(
     drop: Annotated[str, typer.Option(help="Comma-separated row-level checks whose offending rows are removed.")]
     = "exact_duplicates,near_duplicates,length_ratio,degenerate_pairs",
     config: Annotated[Optional[Path], CheckOpts["config"]] = None,
-    name: Annotated[Optional[str], typer.Option(help="Name of the new version [default: the same name].")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Name of the new version (default: the same name).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the filter summary here.")] = None,
+    votes: Annotated[Optional[Path], typer.Option(help="A label audit's votes (`prefdata argilla pull`), for "
+                                                       "--drop label_audit: drops the pairs the annotators overturned.")] = None,
     store: StoreOpt = None,
 ) -> int:
     """Remove the rows that row-level checks flag; write them to quarantine in a new draft version."""
@@ -251,7 +282,7 @@ def filter_cmd(
     from prefdata.store import Store
 
     child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
-                                   load_config(config), name)
+                                   load_config(config), name, votes=None if votes is None else str(votes))
     summary = {**counts, "version": child.ref, "parent": child.manifest["lineage"]["parent"]}
     _write_json(json_path, summary)
     console = _console()
@@ -282,7 +313,7 @@ def publish(
     v = st.get(ref)
     problems = st.verify(v.ref)
     if problems:
-        raise PrefdataError(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
+        raise GateFailed(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
     if v.status == "validated":
         _console().print(f"{v.ref}: already validated")
         return 0
@@ -305,11 +336,11 @@ def publish(
 
 @app.command("train")
 def train_command(
-    method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, or a method another package registers.")],
+    method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
     dataset: Annotated[str, typer.Option(help="NAME@VERSION of a validated version.")],
     config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's).")] = None,
-    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name [default: the config's].")] = None,
-    output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go [default: .prefdata/runs/METHOD-NAME-VERSION].")] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
     store: StoreOpt = None,
 ) -> int:
     """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
@@ -320,6 +351,8 @@ def train_command(
     shown = {k: v for k, v in result.metrics.items() if k != "log"}
     console.print(json.dumps(shown, indent=2, default=str))
     console.print(f"model: {result.model_dir}\ncard: {result.card}")
+    for warning in result.metrics.get("warnings", []):  # the run finished; these are on the card too
+        _console(stderr=True).print(warning)
     return 0
 
 
@@ -345,23 +378,34 @@ app.add_typer(argilla_app, name="argilla")
 
 @world_app.command("build")
 def world_build(
-    steps: Annotated[Optional[int], typer.Option(help="Training steps [default: the world config's].")] = None,
-    cache: Annotated[Optional[Path], typer.Option(help="Cache folder [default: $PREFDATA_WORLD or .prefdata/world].")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Training steps (default: the world config's).")] = None,
+    cache: Annotated[Optional[Path], typer.Option(help="Cache folder (default: $PREFDATA_WORLD or .prefdata/world).")] = None,
+    ship: Annotated[bool, typer.Option(help="Copy the built world into the package (prefdata/world/weights), "
+                                            "replacing the shipped one.")] = False,
 ) -> int:
-    """Build (or reuse) the demo world's SFT model and print its held-out accuracies."""
+    """Build (or reuse from the cache, never from the package) the demo world's SFT and judge models
+    from scratch, and print their held-out figures beside the shipped world's."""
     from dataclasses import replace
 
     from prefdata.world import WorldConfig, build_world
+    from prefdata.world.build import SHIPPED, ship as ship_world
 
     try:
         config = WorldConfig() if steps is None else replace(WorldConfig(), steps=steps)
     except ValueError as exc:  # the config's own validation names both values
         raise UnusableInput(f"--steps: {exc}") from None
     console = _console()
-    paths = build_world(config, cache, log=console.print)
+    paths = build_world(config, cache, log=console.print, use_shipped=False)
     info = paths.info()
-    console.print(f"model: {paths.sft} ({'reused' if paths.reused else 'built'})")
+    console.print(f"world: {paths.root} ({'reused' if paths.reused else 'built'})")
     console.print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
+    shipped = json.loads((SHIPPED / "world.json").read_text()) if (SHIPPED / "world.json").is_file() else None
+    if shipped is not None:
+        for who, new, old in (("sft", info["metrics"], shipped["metrics"]),
+                              ("judge", info["judge"]["metrics"], shipped["judge"]["metrics"])):
+            console.print(f"{who} task accuracy: built {new['task_accuracy']:.3f}, shipped {old['task_accuracy']:.3f}")
+    if ship:
+        console.print(f"shipped: {ship_world(paths).root}")
     return 0
 
 
@@ -377,17 +421,21 @@ def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (f
 @world_app.command("judge")
 def world_judge(
     n: Annotated[int, typer.Option(help="Held-out comparisons to judge (each asked in both orders).", min=1)] = 100,
-    model: Annotated[Optional[Path], typer.Option(help="Judge model folder [default: the world's judge].")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Judge model folder (default: the world's judge).")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.", min=1)] = 4,
 ) -> int:
     """Serve the judge with `transformers serve`, judge held-out pairs in both orders, and print its
-    agreement with the verifier and its position consistency (saved as judge.json beside world.json)."""
+    agreement with the verifier and its position consistency (saved as judge.json in the world cache)."""
     from prefdata.world import build_world, measure_served_judge
 
+    from prefdata.world.build import cache_dir
+
     paths = build_world(log=_console().print)
-    stats = measure_served_judge(model or paths.judge, n=n, log_dir=paths.root, concurrency=concurrency)
+    out = cache_dir()  # never the package folder the shipped world sits in
+    out.mkdir(parents=True, exist_ok=True)
+    stats = measure_served_judge(model or paths.judge, n=n, log_dir=out, concurrency=concurrency)
     if model is None:
-        (paths.root / "judge.json").write_text(json.dumps(stats, indent=2) + "\n")
+        (out / "judge.json").write_text(json.dumps(stats, indent=2) + "\n")
     _console().print(json.dumps(stats, indent=2))
     return 0
 
@@ -399,18 +447,23 @@ app.command("serve")(_serve)
 
 def main(argv: list[str] | None = None) -> None:
     import click
+    from typer.exceptions import TyperException
 
     args = sys.argv[1:] if argv is None else argv
     try:
         code = app(args=args, prog_name="prefdata", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except (click.exceptions.Exit, typer.Exit) as exc:
         code = exc.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         _console(stderr=True).print("prefdata: aborted")
         code = 130
-    except click.ClickException as exc:
+    # Usage errors (unknown option, missing argument, bad value): exit 2 with click's own message.
+    # typer >= 0.24 raises its own copies of click's exceptions, hence both classes.
+    except (click.ClickException, TyperException) as exc:
+        if not hasattr(exc, "show"):
+            raise
         exc.show()
-        code = exc.exit_code
+        code = getattr(exc, "exit_code", 2)
     except PrefdataError as exc:
         if _state["verbose"]:
             _console(stderr=True).print_exception()

@@ -16,12 +16,14 @@ from prefdata.store import Store, Version, tables_for
 
 # Checks whose offenders are row ids (others list section titles or dimension names).
 ROW_CHECKS = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage",
-              "safety", "split_isolation")
+              "safety", "split_isolation", "label_audit")
 DEFAULT_DROP = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs")
 
 
 def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP, config: dict[str, Any] | None = None,
-                   name: str | None = None) -> tuple[Version, dict[str, Any]]:
+                   name: str | None = None, votes: str | None = None) -> tuple[Version, dict[str, Any]]:
+    """`votes`: a label audit's pulled votes, for `label_audit` (drops the pairs whose annotators'
+    majority overturned the label); the new version keeps the parent's own votes, not these."""
     from prefdata.checks.checklist import load_config, run_checklist
     from prefdata.gate import load_inputs
 
@@ -29,8 +31,11 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     if unknown:
         raise UnusableInput(f"cannot filter on {', '.join(unknown)}: use row-level checks ({', '.join(ROW_CHECKS)})")
     parent = store.get(ref)
-    inputs, _ = load_inputs(parent.ref, store=store.url)
+    inputs, _ = load_inputs(parent.ref, votes=votes, store=store.url)
     results = run_checklist(inputs, config or load_config(), only=list(drop))
+    if "label_audit" in drop and not any(r.id == "label_audit" and r.status != "skip" for r in results):
+        raise UnusableInput("--drop label_audit needs a label audit's votes: --votes FILE, from `prefdata argilla pull` "
+                            f"after `prefdata argilla push {parent.ref}` (see docs/argilla.md)")
     reason_of: dict[str, str] = {}
     for result in results:  # in checklist order; the first check that flags a row names its reason
         if result.status == "error":
@@ -55,6 +60,14 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
         "flow_run": None,
         "components": {**parent.manifest["lineage"].get("components", {}), "filter": {"drop": list(drop)}},
     }
-    child = store.create(name or parent.name, tables_for(kept, inputs.comparisons, inputs.votes),
+    own_votes = inputs.votes
+    if votes is not None:
+        import hashlib
+        from pathlib import Path
+
+        lineage["components"]["filter"]["votes"] = {"path": str(votes),
+                                                    "sha256": hashlib.sha256(Path(votes).read_bytes()).hexdigest()}
+        own_votes = store.load(parent.ref, "votes") if "votes" in parent.manifest["counts"]["rows"] else None
+    child = store.create(name or parent.name, tables_for(kept, inputs.comparisons, own_votes),
                          quarantine=quarantine, counts=counts, lineage=lineage, guidelines=inputs.card_text)
     return child, counts

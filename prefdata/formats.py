@@ -108,14 +108,46 @@ def _text(row: Mapping[str, Any], name: str, column: str | None = None, allow_em
     value = row.get(column or name)
     if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: pandas' missing
         raise RowRejected(f"missing_field:{name}")
-    if isinstance(value, (bool, int, float)):
-        # A scalar is text that a JSON export typed (PandaLM has `true` for the answer "True");
-        # CSV would have given the same value as a string, so take it as one.
-        value = str(value)
     if not isinstance(value, str):
-        raise RowRejected(f"wrong_type:{name}", f"expected text, got {type(value).__name__}")
+        # Never str() it: a JSON `true` would become "True", 12 would become "12", Infinity "inf".
+        # (PandaLM's test set has 6 such rows: `true` where a response's text belongs.)
+        raise RowRejected(f"wrong_type:{name}", f"expected text, got {type(value).__name__} {_short(value)}")
     if not allow_empty and not value.strip():
         raise RowRejected(f"empty_text:{name}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+SCORE_COLUMNS = ("score_chosen", "score_rejected")
+
+
+def parse_score(row: Mapping[str, Any], name: str) -> float | None:
+    """A score is a finite number or missing. Numeric text counts (CSV has no types); NaN and empty
+    text are missing (pandas' and CSV's way to write it); infinity, booleans or other text are
+    wrong_type, never stored."""
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise RowRejected(f"wrong_type:{name}", f"expected a number, got {value!r}")
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = float(value)
+        except ValueError:
+            raise RowRejected(f"wrong_type:{name}", f"expected a number, got {_short(value)}") from None
+    if not isinstance(value, (int, float)):
+        raise RowRejected(f"wrong_type:{name}", f"expected a number, got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value):
+        return None
+    if math.isinf(value):
+        raise RowRejected(f"wrong_type:{name}", f"expected a finite number, got {value}")
     return value
 
 
@@ -126,10 +158,13 @@ def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
     split = row.get("split")
     if split is not None and not _SPLIT.match(str(split)):
         raise RowRejected("invalid_split", f"split {split!r} must be letters, digits or '_' (e.g. train, test)")
-    kept = {}
+    kept: dict[str, Any] = {}
+    for name in SCORE_COLUMNS:
+        if name in row:
+            kept[name] = parse_score(row, name)
     for name in OPTIONAL_COLUMNS:
         value = row.get(name)
-        if value is not None and name != "prompt_messages":
+        if value is not None and name != "prompt_messages" and name not in SCORE_COLUMNS:
             kept[name] = value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     if "model" in row and row["model"] is not None:  # one model for both sides
         kept.setdefault("chosen_model", str(row["model"]))

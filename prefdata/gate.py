@@ -71,7 +71,8 @@ def load_inputs(
     from prefdata.checks.checklist import CheckInputs
 
     info: dict[str, Any] = {"data": data}
-    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info)
+    read: dict[str, Any] = {}
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read)
     eval_pairs = None
     if eval_data is not None:
         eval_pairs = _load_dataset(eval_data, None, store, {})[0]
@@ -79,6 +80,7 @@ def load_inputs(
         pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
         card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
+        lost=read.get("lost"), rows_read=read.get("rows"),
     )
     if scorer:
         from prefdata.scoring import verdicts_for
@@ -88,17 +90,19 @@ def load_inputs(
     return inputs, info
 
 
-def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any]):
+def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any],
+                  read: dict[str, Any] | None = None):
     if Path(data).exists():
         from prefdata.importer import import_file
 
         result = import_file(data, votes=votes)
         info["import"] = result.summary()
+        info["left_out"] = _left_out(result, votes)
+        if read is not None:  # the rows a file loses at read count against the gate (checks/checklist.py)
+            read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read)
         return result.pairs, result.comparisons, result.votes, None, None, {"sources": result.sources}
     if "@" not in data and ("/" in data or "." in Path(data).suffix):
         raise UnusableInput(f"{data}: no such file (and not a store version NAME@VERSION)")
-    if votes is not None:
-        raise UnusableInput("--votes goes with a data file; a store version carries its own votes")
     from prefdata.store import Store
 
     st = Store(store)
@@ -109,8 +113,42 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
     def table(config: str):
         return st.load(v.ref, config) if config in configs else None
 
-    return (st.load(v.ref), table("comparisons"), table("votes"), table("sft"), st.read_text(v.ref, "README.md"),
+    pairs, vote_frame = st.load(v.ref), table("votes")
+    if votes is not None:  # a label audit's votes (`argilla pull` of `argilla push NAME@VERSION`) replace its own
+        from prefdata.argilla.audit import read_audit_votes
+
+        vote_frame = read_audit_votes(votes, pairs["id"])
+        info["votes"] = {"path": str(votes), "votes": vote_frame.height, "pairs": vote_frame["pair_id"].n_unique()}
+    return (pairs, table("comparisons"), vote_frame, table("sft"), st.read_text(v.ref, "README.md"),
             v.manifest.get("lineage"))
+
+
+def lost_at_read(result, votes: Path | None = None) -> pl.DataFrame:
+    """The rows an import left out (its quarantine), for the checks: `id` is the row's own id (`id`,
+    or `idx`) when it had one that no kept row uses, else FILE:ROW (the file's name and the row
+    number its quarantine entry gives; always so for --votes rows); `reason` is the quarantine's."""
+    kept = set(result.pairs["id"].to_list())
+    if result.comparisons is not None:
+        kept |= set(result.comparisons["id"].to_list())
+    votes_file = str(Path(votes)) if votes is not None else None
+    ids, reasons = [], []
+    for q in result.quarantine:
+        raw = q.get("raw")
+        own = raw.get("id", raw.get("idx")) if isinstance(raw, dict) and q["file"] != votes_file else None
+        own = None if own is None or str(own).strip() == "" or str(own) in kept else str(own)
+        ids.append(own or f"{Path(q['file']).name}:{q['row']}")
+        reasons.append(q["reason"])
+    return pl.DataFrame({"id": ids, "reason": reasons}, schema={"id": pl.String, "reason": pl.String})
+
+
+def _left_out(result, votes: Path | None) -> dict[str, dict[str, int]]:
+    """Quarantine reasons counted apart for the data rows and the --votes rows (the terminal notes)."""
+    votes_file = str(Path(votes)) if votes is not None else None
+    out: dict[str, dict[str, int]] = {"rows": {}, "votes": {}}
+    for q in result.quarantine:
+        counts = out["votes" if q["file"] == votes_file else "rows"]
+        counts[q["reason"]] = counts.get(q["reason"], 0) + 1
+    return out
 
 
 def plots_for(inputs, results) -> dict[str, Any]:
@@ -139,6 +177,6 @@ def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir
     if strict or config.get("strict"):
         results = strictly(results)
     passed = gate(results)
-    report = report_json(results, passed)
+    report = report_json(results, passed, report_dir)  # names the complete offending lists written below
     written = write_reports(results, report_dir, plots_for(inputs, results), title) if report_dir else {}
     return GateOutcome(passed, results, report, written)

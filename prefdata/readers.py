@@ -1,9 +1,14 @@
 """Read rows from JSONL, JSON, CSV and Parquet files, gzipped or not.
 
-Readers yield `RawRow`s and never raise for a bad row: a line that is not valid UTF-8 or not JSON
-becomes a RawRow with an `error`, so the importer can quarantine it with its row number. Only a
-file that cannot be used at all (missing, unreadable, unknown type, corrupt gzip) raises
-UnusableInput.
+Readers yield `RawRow`s and never raise for a bad row: a line that is not valid UTF-8 or not JSON,
+a row nested deeper than MAX_DEPTH, or an object with a key given twice becomes a RawRow with an
+`error`, so the importer can quarantine it with its row number. Only a file that cannot be used at
+all (missing, unreadable, unknown type, corrupt gzip, a JSON document broken outside its rows)
+raises UnusableInput.
+
+Row numbers are what a user finds in an editor: the line in JSONL and CSV/TSV (the header is
+line 1; a quoted field over several lines counts from its first line), the element of a JSON array
+(1-based), the record of a Parquet file (1-based).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from prefdata.errors import UnusableInput
 
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which Windows tools put before the first row
+MAX_DEPTH = 100  # preference rows nest 3 levels (a message list); deeper is an attack or an accident
+RAW_TEXT_CHARS = 2000  # unparsed text kept for the quarantine file
 _SURROGATE = re.compile("[\ud800-\udfff]")
 KINDS = ("jsonl", "json", "csv", "tsv", "parquet")
 
@@ -33,6 +41,7 @@ class RawRow:
     data: dict[str, Any] | None
     error: str | None = None  # a quarantine reason when the row could not be read
     detail: str = ""
+    text: str | None = None  # the unparsed text of a row that could not be read, cut to RAW_TEXT_CHARS
 
 
 def file_kind(path: Path, head: bytes) -> str:
@@ -86,9 +95,90 @@ def has_invalid_text(value: Any) -> bool:
     return False
 
 
-def _object_row(number: int, value: Any, check_text: bool = True) -> RawRow:
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep lists and objects nest (a flat row is 1); stops counting past `limit`. Iterative, so
+    a hostile row cannot exhaust Python's stack."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a key given twice would silently keep the last value."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_WS = re.compile(r"[ \t\n\r]*")
+_JSON_TOKEN = re.compile(r'["\[\]{}]')
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _cut_text(text: str) -> str:
+    return text if len(text) <= RAW_TEXT_CHARS else text[:RAW_TEXT_CHARS] + f"... [{len(text)} chars]"
+
+
+def _value_end(text: str, pos: int) -> int:
+    """Where the JSON array or object starting at `pos` ends, by counting brackets outside strings:
+    used to step over a value the decoder refused (too deep, a duplicate key) without recursion."""
+    depth = 0
+    while True:
+        token = _JSON_TOKEN.search(text, pos)
+        if token is None:
+            return len(text)
+        char, pos = token.group(), token.end()
+        if char == '"':
+            string = _JSON_STRING.match(text, token.start())
+            if string is None:
+                return len(text)
+            pos = string.end()
+            continue
+        depth += 1 if char in "[{" else -1
+        if depth == 0:
+            return pos
+
+
+def _decode_at(text: str, pos: int, number: int, check_text: bool = True) -> tuple[RawRow, int]:
+    """Decode the JSON value at `pos` as row `number`; returns the row and where the value ends."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        end = _value_end(text, pos)
+        return RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep",
+                      _cut_text(text[pos:end])), end
+    except _DuplicateKey as dup:
+        end = _value_end(text, pos)
+        return RawRow(number, None, "duplicate_key", f"key {dup.key!r} appears twice in one object",
+                      _cut_text(text[pos:end])), end
+    # Only a row with many brackets can be deep; counting them is C-speed and needs no parse.
+    if (text.count("[", pos, end) + text.count("{", pos, end) > MAX_DEPTH
+            and nesting_depth(value) > MAX_DEPTH):
+        return RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep",
+                      _cut_text(text[pos:end])), end
+    return _object_row(number, value, check_text, text[pos:end] if not isinstance(value, dict) else None), end
+
+
+def _object_row(number: int, value: Any, check_text: bool = True, text: str | None = None) -> RawRow:
     if not isinstance(value, dict):
-        return RawRow(number, None, "not_an_object", f"got {type(value).__name__}")
+        return RawRow(number, None, "not_an_object", f"got {type(value).__name__}",
+                      _cut_text(text) if text is not None else None)
     if check_text and has_invalid_text(value):
         return RawRow(number, None, "invalid_utf8", "a text field is not valid UTF-8")
     return RawRow(number, value)
@@ -101,73 +191,191 @@ def _jsonl_rows(raw: bytes) -> Iterator[RawRow]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield RawRow(number, None, "invalid_utf8", f"byte {exc.start} of the line")
+            yield RawRow(number, None, "invalid_utf8", f"byte {exc.start} of the line",
+                         _cut_text(line.decode("utf-8", errors="replace")))
             continue
+        start = _WS.match(text).end()
         try:
-            value = json.loads(text)
+            # strict decoding let no bad byte through; only a JSON escape can still make a lone surrogate
+            row, end = _decode_at(text, start, number, check_text="\\ud" in text or "\\uD" in text)
         except json.JSONDecodeError as exc:
-            yield RawRow(number, None, "invalid_json", exc.msg)
+            yield RawRow(number, None, "invalid_json", exc.msg, _cut_text(text.strip()))
             continue
-        # strict decoding let no bad byte through; only a JSON escape can still make a lone surrogate
-        yield _object_row(number, value, check_text="\\ud" in text or "\\uD" in text)
+        if text[end:].strip():
+            yield RawRow(number, None, "invalid_json", "Extra data", _cut_text(text.strip()))
+            continue
+        yield row
+
+
+def _array_rows(path: Path, text: str, pos: int) -> Iterator[RawRow]:
+    """The elements of the JSON array starting at `pos`, one by one, so that one bad element (too
+    deep, a duplicate key) is one quarantined row and not a lost file."""
+    pos = _WS.match(text, pos + 1).end()
+    if text.startswith("]", pos):
+        return
+    number = 0
+    while True:
+        number += 1
+        try:
+            row, pos = _decode_at(text, pos, number)
+        except json.JSONDecodeError as exc:
+            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        yield row
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+        elif text.startswith("]", pos):
+            return
+        else:
+            line = text.count("\n", 0, pos) + 1
+            raise UnusableInput(f"{path}: not valid JSON (expected ',' or ']' after element {number}, line {line})")
+
+
+def _wrapped_rows(path: Path, text: str, pos: int) -> list[RawRow]:
+    """`{"data": [...]}` (or one object) read member by member, for a document whose whole parse
+    failed on a bad row: the rows of its one list, or the object itself as row 1."""
+    members: dict[str, Any] = {}
+    lists: list[list[RawRow]] = []
+    pos = _WS.match(text, pos + 1).end()
+    while not text.startswith("}", pos):
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        if not isinstance(key, str) or key in members:
+            raise UnusableInput(f"{path}: the top-level object has a bad or repeated key {key!r}")
+        pos = _WS.match(text, pos).end()
+        if not text.startswith(":", pos):
+            raise UnusableInput(f"{path}: not valid JSON (expected ':' after key {key!r})")
+        pos = _WS.match(text, pos + 1).end()
+        if text.startswith("[", pos):
+            end = _value_end(text, pos)
+            members[key] = rows = list(_array_rows(path, text, pos))
+            lists.append(rows)
+            pos = end
+        else:
+            row, pos = _decode_at(text, pos, 1)
+            members[key] = row
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+    if len(lists) == 1:
+        return lists[0]
+    # No single list: the object is one row, and it is as bad as its first bad member.
+    found = [m for m in members.values() if isinstance(m, RawRow)]
+    found += [r for m in members.values() if isinstance(m, list) for r in m]
+    bad = next((r for r in found if r.error in ("too_deep", "duplicate_key")), None)
+    if bad is None:
+        raise UnusableInput(f"{path}: not valid JSON (a value nests too deeply or repeats a key)")
+    return [RawRow(1, None, bad.error, bad.detail, _cut_text(text))]
 
 
 def _json_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
     text = raw.decode("utf-8", errors="surrogateescape")  # bad bytes surface per row, below
     try:
-        value = json.loads(text)
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # JSON Lines saved as .json (datasets' to_json does this)
             yield from _jsonl_rows(raw)
             return
         raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except (RecursionError, _DuplicateKey):
+        # One row is bad: read again element by element (slower, and only for such a file).
+        start = _WS.match(text).end()
+        yield from _array_rows(path, text, start) if text.startswith("[", start) else _wrapped_rows(path, text, start)
+        return
     if isinstance(value, dict):
         lists = [v for v in value.values() if isinstance(v, list)]
         if len(lists) == 1:  # {"data": [...]} or {"rows": [...]}
             value = lists[0]
         else:
             value = [value]
+    elif not isinstance(value, list):
+        raise UnusableInput(f"{path}: a JSON file must hold an array of rows, got {type(value).__name__}")
     for number, item in enumerate(value, start=1):
-        yield _object_row(number, item)
+        if isinstance(item, (dict, list)) and nesting_depth(item) > MAX_DEPTH:
+            yield RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep")
+            continue
+        yield _object_row(number, item, text=json.dumps(item) if not isinstance(item, dict) else None)
 
 
-def _csv_rows(raw: bytes, delimiter: str) -> Iterator[RawRow]:
-    text = raw.decode("utf-8-sig", errors="surrogateescape")
+def _csv_rows(path: Path, raw: bytes, delimiter: str) -> Iterator[RawRow]:
+    text = raw.decode("utf-8", errors="surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         header = next(reader)
     except StopIteration:
         return
-    for number, fields in enumerate(reader, start=1):
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise UnusableInput(f"{path}: the header names column {repeated[0]!r} twice; give each column one name")
+    line = reader.line_num  # lines read so far: a record starts on the line after them
+    for fields in reader:
+        number, line = line + 1, reader.line_num
         if not fields:
             continue
         if len(fields) != len(header):
-            yield RawRow(number, None, "malformed_csv_row", f"{len(fields)} fields, header has {len(header)}")
+            yield RawRow(number, None, "malformed_csv_row", f"{len(fields)} fields, header has {len(header)}",
+                         _cut_text(delimiter.join(fields)))
             continue
         yield _object_row(number, dict(zip(header, fields)))
 
 
-def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
+def parquet_table(path: Path, raw: bytes):
+    """A pyarrow Table of Parquet bytes.
+
+    The bytes are handed to Arrow in memory Arrow owns. Wrapped in pa.BufferReader, Python's own
+    bytes object stays referenced by the dataset scanner, which drops that reference on one of its
+    worker threads after read_table returns; freeing a Python object needs the GIL, and when the
+    interpreter is already exiting (an error right after the read) that thread is killed inside a
+    C++ destructor: "terminate called without an active exception", exit 134.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(raw))
+        with path.open("rb") as handle:
+            gzipped = handle.read(2) == GZIP_MAGIC
+        if not gzipped:  # Arrow opens the file itself
+            return pq.read_table(str(path))
+        sink = pa.BufferOutputStream()
+        sink.write(raw)
+        return pq.read_table(pa.BufferReader(sink.getvalue()))
     except (pa.ArrowException, OSError) as exc:
         raise UnusableInput(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
+    import pyarrow as pa
+
+    table = parquet_table(path, raw)
+    # A Parquet writer can store bytes that are not UTF-8 in a text column; pyarrow would raise on
+    # the whole column. Such columns are read as bytes and decoded here, so that only the rows
+    # with bad bytes are quarantined (invalid_utf8), as in the other formats.
+    bad_text = []
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            try:
+                table.column(i).validate(full=True)
+            except pa.ArrowInvalid:
+                bad_text.append(field.name)
+                table = table.set_column(i, field.name, table.column(i).cast(pa.large_binary()))
     for number, item in enumerate(table.to_pylist(), start=1):
+        for name in bad_text:
+            if item[name] is not None:
+                item[name] = item[name].decode("utf-8", errors="surrogateescape")
         yield _object_row(number, item)
 
 
 def read_rows(path: str | Path) -> Iterator[RawRow]:
     """Every row of a data file, in order, with its number; bad rows carry an error instead of data."""
     path = Path(path)
-    raw = read_bytes(path)
+    raw = read_bytes(path).removeprefix(BOM)
     kind = file_kind(path, raw[:64])
     if kind == "jsonl":
         return _jsonl_rows(raw)
     if kind == "json":
         return _json_rows(path, raw)
     if kind in ("csv", "tsv"):
-        return _csv_rows(raw, "\t" if kind == "tsv" else ",")
+        return _csv_rows(path, raw, "\t" if kind == "tsv" else ",")
     return _parquet_rows(path, raw)

@@ -3,10 +3,15 @@
 A preference pair is a row of a polars frame with the TRL "standard" columns plus ids:
 
     id          the row's identity: the source's own `id` when it has one, else `pair_id`
-    pair_id     sha256(prompt_id, both responses in sorted order)[:16]; independent of which
-                side won, so the same two responses to the same prompt always share one id
+    pair_id     sha256(prompt_id, both normalised responses in sorted order)[:16]; independent
+                of which side won, so the same two responses to the same prompt always share one id
     prompt_id   sha256(normalised prompt)[:16]
     prompt, chosen, rejected
+
+"Normalised" is `normalise_text`, the one normal form every comparison of texts uses: ids here,
+exact and near duplicates, degenerate pairs, split isolation and answer leakage in `checks/`.
+`normalise_expr` (and `normalise_series`) is its polars twin for the frame-level checks, with
+identical results.
 
 Optional columns are kept when the source has them (OPTIONAL_COLUMNS). Comparisons that did not
 resolve to a preference (ties, no majority) live in a separate frame with `response_a`,
@@ -16,8 +21,13 @@ Re-importing the same data never mints new ids.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
 
 PAIR_COLUMNS = ("id", "pair_id", "prompt_id", "prompt", "chosen", "rejected")
 COMPARISON_COLUMNS = ("id", "pair_id", "prompt_id", "prompt", "response_a", "response_b", "label")
@@ -39,8 +49,74 @@ OPTIONAL_COLUMNS = (
 )
 
 def normalise_text(text: str) -> str:
-    """Case-, whitespace- and unicode-insensitive form used for ids and exact-duplicate checks."""
-    return " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
+    """The form two texts are compared in: NFKC, then Unicode full case folding, then whitespace
+    runs collapsed to one space and stripped.
+
+    NFKC makes full-width letters, ligatures, compatibility forms and composed vs combining accents
+    one text, and turns no-break and other Unicode spaces into plain ones; `str.casefold` is
+    language-neutral full folding ("ß", "ẞ" and "SS" -> "ss", "İ" -> "i" + U+0307, final "ς" -> "σ";
+    a dotless "ı" stays itself); whitespace is what `str.split()` splits at.
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+# Python's str.split() also splits at the ASCII separators \x1c-\x1f, which the regex class \s
+# (Unicode White_Space) lacks. Only runs that are not already one plain space are rewritten.
+_WHITESPACE_RUN = r"(?:\s|[\x1c-\x1f]){2,}|[^\S ]|[\x1c-\x1f]"
+
+
+@functools.cache
+def _case_fold_fixes() -> tuple[list[str], list[str]]:
+    """Where full case folding differs from lower-casing: (lower-cased character, its folding).
+
+    About 180 characters, all in the Basic Multilingual Plane ("ß" -> "ss", "ς" -> "σ", Cherokee
+    small letters -> capitals, Greek iota subscripts, ligatures); tests/test_normalise.py checks
+    every code point. Keyed by the lower-cased character because they are applied after polars'
+    lower-casing, which (like Python's) is contextual only for the final sigma, folded here too.
+    """
+    fixes = {}
+    for code in range(0x10000):
+        char = chr(code)
+        lower, folded = char.lower(), char.casefold()
+        if lower != folded:
+            fixes[lower] = folded
+    return list(fixes), list(fixes.values())
+
+
+def normalise_expr(text: pl.Expr | str) -> pl.Expr:
+    """`normalise_text` as a polars expression (a column name or an expression); nulls become "".
+
+    Identical results on every code point Python's Unicode database knows (polars may know newer
+    ones, added after `unicodedata.unidata_version`, and normalise them differently).
+    """
+    import polars as pl
+
+    expr = pl.col(text) if isinstance(text, str) else text
+    return _fold_and_collapse(expr.cast(pl.String).fill_null("").str.normalize("NFKC"))
+
+
+def normalise_series(texts: pl.Series) -> pl.Series:
+    """`normalise_expr` over a Series, running NFKC (the costly step: most of the time on real
+    text) only on rows with non-ASCII bytes, which it leaves unchanged otherwise."""
+    import polars as pl
+
+    s = texts.cast(pl.String).fill_null("")
+    non_ascii = s.str.len_bytes() != s.str.len_chars()
+    if non_ascii.any():
+        rows = non_ascii.arg_true()
+        s = s.scatter(rows, s.gather(rows).str.normalize("NFKC"))
+    return s.to_frame("t").select(_fold_and_collapse(pl.col("t"))).to_series().alias(texts.name)
+
+
+def _fold_and_collapse(expr: pl.Expr) -> pl.Expr:
+    """Case folding and whitespace, on text already in NFKC."""
+    keys, folded = _case_fold_fixes()
+    return (
+        expr.str.to_lowercase()
+        .str.replace_many(keys, folded)
+        .str.replace_all(_WHITESPACE_RUN, " ")
+        .str.strip_chars(" ")
+    )
 
 
 def _digest(*parts: str) -> str:
@@ -61,6 +137,8 @@ def pair_id(prompt: str, response_1: str, response_2: str) -> str:
 
 
 def pair_id_for(prompt_key: str, response_1: str, response_2: str) -> str:
-    """pair_id from an already computed prompt_id."""
-    first, second = sorted((response_1, response_2))
+    """pair_id from an already computed prompt_id. The responses are normalised, as the prompt is,
+    so a pair and a copy that differs only in case, width or spacing share one id (and are exact
+    duplicates for `checks.dedup`)."""
+    first, second = sorted((normalise_text(response_1), normalise_text(response_2)))
     return _digest(prompt_key, first, second)

@@ -17,16 +17,28 @@ report (draft -> validated | rejected), under a lock and by atomic replace.
 The root is `$PREFDATA_STORE`, else `.prefdata/store` in the working directory, or any fsspec
 URL. On a local disk a version appears by one atomic rename of a fully written temporary folder;
 on object storage the manifest is written last, and a folder without one is not a version.
+
+The status record (status, check report, status history, bound to the name, version and file
+hashes) is signed with HMAC-SHA256 under the store's key: `$PREFDATA_STORE_KEY`, else
+`<root>/.prefdata-key` (made 0600 on first use). A hand-edited status or report fails `verify`,
+so it never passes the gate into training. The threat model is in README.md ("Threat model").
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
+import hmac
 import io
 import json
 import os
 import re
+import secrets
+import shutil
+import socket
+import stat
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,9 +52,15 @@ from prefdata.errors import GateFailed, UnusableInput
 
 DEFAULT_ROOT = os.path.join(".prefdata", "store")
 STATUSES = ("draft", "validated", "rejected")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_VERSION = re.compile(r"^[0-9a-f]{4,64}$")
+# fullmatch, never `$`: `$` also matches before a trailing newline, and "abc\n" is no name.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_VERSION = re.compile(r"[0-9a-f]{4,64}")
 MANIFEST = "manifest.json"
+KEY_ENV = "PREFDATA_STORE_KEY"
+KEY_FILE = ".prefdata-key"  # in the store root, beside the datasets (no dataset name starts with ".")
+MIN_KEY_CHARS = 32
+STAGING = ".tmp-"  # NAME/.tmp-<pid>-<host>-<uuid>: a version being written, renamed into place when whole
+STALE_STAGING_SECONDS = 24 * 3600  # staging from another host (whose pid we cannot check) older than this is dead
 CONFIG_DIRS = {"default": "data", "sft": "sft", "comparisons": "comparisons", "votes": "votes"}
 
 
@@ -51,7 +69,7 @@ def _now() -> str:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise UnusableInput(
             f"dataset name {name!r} is not allowed: use letters, digits, '.', '_' or '-' "
             "(starting with a letter or digit, no '..', no '/')"
@@ -64,7 +82,7 @@ def parse_ref(ref: str) -> tuple[str, str]:
     name, _, version = ref.partition("@")
     check_name(name)
     version = version or "latest"
-    if version != "latest" and not _VERSION.match(version):
+    if version != "latest" and not _VERSION.fullmatch(version):
         raise UnusableInput(f"{ref!r}: version must be 'latest' or hex digits of a version id (see `prefdata versions`)")
     return name, version
 
@@ -74,6 +92,33 @@ def version_id(files: dict[str, dict[str, Any]]) -> str:
     for path in sorted(files):
         h.update(f"{path}\0{files[path]['sha256']}\n".encode())
     return h.hexdigest()[:12]
+
+
+# -- the signed status record --------------------------------------------------------------------
+# What a status means is signed with the store's key, bound to the exact content: a record copied
+# onto another version, a report edited to say "passed", or a status typed into the manifest by hand
+# no longer matches its MAC. The key never appears in a manifest, a message or a log: only key_id,
+# an HMAC of a constant under the key, which names the key without revealing it.
+SIGNED_FIELDS = ("name", "version", "files", "status", "check_report", "status_history")
+
+
+def _canonical(obj: Any) -> bytes:
+    # through JSON first, so that what is signed is what the manifest holds once read back
+    return json.dumps(json.loads(_dumps(obj)), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def key_id(key: bytes) -> str:
+    return hmac.new(key, b"prefdata store key id", hashlib.sha256).hexdigest()[:12]
+
+
+def status_mac(manifest: dict[str, Any], key: bytes) -> str:
+    record = {field: manifest.get(field) for field in SIGNED_FIELDS}
+    return hmac.new(key, b"prefdata status v1\0" + _canonical(record), hashlib.sha256).hexdigest()
+
+
+def sign_status(manifest: dict[str, Any], key: bytes) -> None:
+    manifest["status_signature"] = {"alg": "hmac-sha256", "key_id": key_id(key), "signed": list(SIGNED_FIELDS),
+                                    "mac": status_mac(manifest, key)}
 
 
 def sft_subset(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -136,6 +181,19 @@ class Store:
         return self._dir(v.name, v.version)
 
     # -- writing ---------------------------------------------------------------------------
+    @contextmanager
+    def _writing(self):
+        """A store this user cannot write (read-only folder, read-only mount) is the user's to fix:
+        one line naming the path, exit 2, instead of an internal error."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc.strerror})"
+            raise UnusableInput(f"cannot write to the store {self.url}{where}: make it writable for this user, "
+                                "or choose another store with --store or $PREFDATA_STORE") from None
+
     def create(
         self,
         name: str,
@@ -151,51 +209,58 @@ class Store:
         tables: {config: {split: frame}}; configs are those of CONFIG_DIRS.
         """
         check_name(name)
-        staging = self._dir(name, f".tmp-{uuid.uuid4().hex}")
-        self.fs.makedirs(staging, exist_ok=True)
-        try:
-            files: dict[str, dict[str, Any]] = {}
-            configs: dict[str, dict[str, str]] = {}
-            rows: dict[str, dict[str, int]] = {}
-            schema: dict[str, dict[str, str]] = {}
-            for config, splits in tables.items():
-                folder = CONFIG_DIRS[config]
-                for split, frame in sorted(splits.items()):
-                    rel = f"{folder}/{split}-00000-of-00001.parquet"
-                    buffer = io.BytesIO()
-                    frame.write_parquet(buffer, compression="zstd", statistics=False)
-                    files[rel] = self._put(staging, rel, buffer.getvalue())
-                    configs.setdefault(config, {})[split] = f"{folder}/{split}-*.parquet"
-                    rows.setdefault(config, {})[split] = frame.height
-                    schema[config] = {c: str(t) for c, t in frame.schema.items()}
-            if quarantine:
-                body = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
-                files["quarantine.jsonl"] = self._put(staging, "quarantine.jsonl", body.encode("utf-8", "surrogatepass"))
-            counts = {**counts, "rows": rows}
-            card = render_card(name, configs, counts, guidelines)
-            files["README.md"] = self._put(staging, "README.md", card.encode())
-            version = version_id(files)
-            manifest = {
-                "name": name,
-                "version": version,
-                "status": "draft",
-                "created_at": _now(),
-                "prefdata_version": __version__,
-                "files": files,
-                "counts": counts,
-                "schema": schema,
-                "lineage": lineage,
-                "check_report": None,
-                "status_history": [{"status": "draft", "at": _now()}],
-            }
-            self._put(staging, MANIFEST, _dumps(manifest))  # last: a folder without it is no version
-            final = self._dir(name, version)
-            if self.fs.exists(f"{final}/{MANIFEST}"):
-                return self.get(f"{name}@{version}")  # same content already stored
-            self._rename(staging, final)
-        finally:
-            if self.fs.exists(staging):
-                self.fs.rm(staging, recursive=True)
+        with self._writing():
+            self._clean_staging(name)
+            # The writer (pid, host) is in the name, so that a later writer can tell a dead one's
+            # leftovers from a live one's work; nothing of it lands inside the version folder.
+            staging = self._dir(name, f"{STAGING}{os.getpid()}-{_writer_tag()}-{uuid.uuid4().hex}")
+            self.fs.makedirs(staging, exist_ok=True)
+            try:
+                return self._write_version(name, staging, tables, quarantine, counts, lineage, guidelines)
+            finally:
+                if self.fs.exists(staging):
+                    self.fs.rm(staging, recursive=True)
+
+    def _write_version(self, name, staging, tables, quarantine, counts, lineage, guidelines) -> Version:
+        files: dict[str, dict[str, Any]] = {}
+        configs: dict[str, dict[str, str]] = {}
+        rows: dict[str, dict[str, int]] = {}
+        schema: dict[str, dict[str, str]] = {}
+        for config, splits in tables.items():
+            folder = CONFIG_DIRS[config]
+            for split, frame in sorted(splits.items()):
+                rel = f"{folder}/{split}-00000-of-00001.parquet"
+                buffer = io.BytesIO()
+                frame.write_parquet(buffer, compression="zstd", statistics=False)
+                files[rel] = self._put(staging, rel, buffer.getvalue())
+                configs.setdefault(config, {})[split] = f"{folder}/{split}-*.parquet"
+                rows.setdefault(config, {})[split] = frame.height
+                schema[config] = {c: str(t) for c, t in frame.schema.items()}
+        if quarantine:
+            body = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
+            files["quarantine.jsonl"] = self._put(staging, "quarantine.jsonl", body.encode("utf-8", "surrogatepass"))
+        counts = {**counts, "rows": rows}
+        card = render_card(name, configs, counts, guidelines)
+        files["README.md"] = self._put(staging, "README.md", card.encode())
+        version = version_id(files)
+        manifest = {
+            "name": name,
+            "version": version,
+            "status": "draft",  # a draft is unsigned: it claims nothing, and no gate lets it through
+            "created_at": _now(),
+            "prefdata_version": __version__,
+            "files": files,
+            "counts": counts,
+            "schema": schema,
+            "lineage": lineage,
+            "check_report": None,
+            "status_history": [{"status": "draft", "at": _now()}],
+        }
+        self._put(staging, MANIFEST, _dumps(manifest))  # last: a folder without it is no version
+        final = self._dir(name, version)
+        if self.fs.exists(f"{final}/{MANIFEST}"):
+            return self.get(f"{name}@{version}")  # same content already stored
+        self._rename(staging, final)
         return Version(name, version, manifest)
 
     def _put(self, folder: str, rel: str, data: bytes) -> dict[str, Any]:
@@ -215,6 +280,33 @@ class Store:
         else:
             self.fs.mv(staging, final, recursive=True)
 
+    def _clean_staging(self, name: str) -> None:
+        """Remove the staging folders killed writers left in NAME/ (a killed import can leave a
+        partial Parquet file of any size). Only a dead writer's: one on this host (and pid namespace)
+        whose process is gone, or one from elsewhere (or from before a reboot) untouched for
+        STALE_STAGING_SECONDS. A live writer's staging is never touched. Local stores only: on object
+        storage nothing here can tell a live writer from a dead one."""
+        if not self.local:
+            return
+        parent = self._dir(name)
+        try:
+            entries = [e for e in os.scandir(parent) if e.name.startswith(STAGING) and e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return
+        here = _writer_tag()
+        for entry in entries:
+            pid, _, rest = entry.name[len(STAGING):].partition("-")
+            tag = rest.partition("-")[0]
+            try:
+                if pid.isdigit() and tag == here:
+                    stale = not _alive(int(pid))
+                else:
+                    stale = time.time() - _newest_mtime(entry.path) > STALE_STAGING_SECONDS
+            except FileNotFoundError:
+                continue  # renamed into place (or removed) by its writer meanwhile
+            if stale:
+                shutil.rmtree(entry.path, ignore_errors=True)  # another writer may be removing it too
+
     @contextmanager
     def _lock(self, name: str):
         if not self.local:
@@ -226,28 +318,133 @@ class Store:
         with FileLock(self._dir(name) + "/.lock", timeout=60):
             yield
 
+    # -- the store's key ---------------------------------------------------------------------
+    @property
+    def key_path(self) -> str:
+        return f"{self.root}/{KEY_FILE}"
+
+    def _key(self, create: bool) -> bytes | None:
+        """The key that signs status records: $PREFDATA_STORE_KEY, else the store's key file, made
+        0600 on first use when `create`. None when there is none (nothing signed can be trusted)."""
+        env = os.environ.get(KEY_ENV)
+        if env:
+            if len(env) < MIN_KEY_CHARS:
+                raise UnusableInput(f"{KEY_ENV} is too short ({len(env)} characters, at least {MIN_KEY_CHARS}): "
+                                    "make one with `python -c 'import secrets; print(secrets.token_hex(32))'`")
+            return env.encode()
+        if not self.local:
+            if create:
+                raise UnusableInput(f"the store {self.url} is not on a local disk: set {KEY_ENV} to sign statuses "
+                                    "(a key file in shared storage is readable by everyone who reads the store)")
+            return None
+        path = self.key_path
+        if create and not os.path.lexists(path):
+            self._make_key(path)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        fix = f"or pass the store's key in ${KEY_ENV}"
+        if not stat.S_ISREG(info.st_mode):
+            raise UnusableInput(f"the store key {path} is not a regular file: remove it {fix}")
+        if info.st_uid not in (os.geteuid(), 0):
+            raise UnusableInput(f"the store key {path} belongs to another user (uid {info.st_uid}): only its owner "
+                                f"signs and checks statuses with it; {fix}")
+        if info.st_mode & 0o077:
+            raise UnusableInput(f"the store key {path} can be read or written by other users (mode "
+                                f"{stat.S_IMODE(info.st_mode):o}): whoever reads it can forge a validated status; "
+                                f"chmod 600 {path}, {fix}")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                key = handle.read().strip()
+        except OSError as exc:
+            raise UnusableInput(f"cannot read the store key {path} ({exc.strerror}): {fix}") from None
+        if len(key) < MIN_KEY_CHARS:
+            raise UnusableInput(f"the store key {path} is damaged (too short): restore it from a backup {fix}")
+        return key
+
+    def _make_key(self, path: str) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.write(fd, (secrets.token_hex(32) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # appears whole, and never replaces a key another writer made first
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+
+    def status_problems(self, manifest: dict[str, Any]) -> list[str]:
+        """Why a manifest's status record cannot be trusted (empty when it can)."""
+        status = manifest.get("status")
+        signature = manifest.get("status_signature")
+        if not isinstance(signature, dict):
+            if status == "draft" and signature is None:
+                return []  # a draft claims nothing
+            return [f"status: {status!r} has no signature (only `prefdata publish` sets a status): the manifest was edited by hand"]
+        key = self._key(create=False)
+        if key is None:
+            where = f"{self.key_path} is missing and ${KEY_ENV} is unset" if self.local else f"${KEY_ENV} is unset"
+            return [f"status: {status!r} is signed, but this store has no key to check it ({where})"]
+        if signature.get("key_id") != key_id(key):
+            return [f"status: {status!r} is signed with another key (key id {signature.get('key_id')}, this store's is "
+                    f"{key_id(key)}): set ${KEY_ENV} to the key that signed it"]
+        if not hmac.compare_digest(str(signature.get("mac")), status_mac(manifest, key)):
+            return [f"status: the status record ({status!r}, its check report and history) does not match its "
+                    "signature: it was edited by hand"]
+        return []
+
     def set_status(self, ref: str, status: str, report: dict[str, Any] | None = None, note: str = "") -> Version:
-        """Record a check report and move draft -> validated | rejected. Validated is final."""
+        """Record a check report and move draft -> validated | rejected, signed with the store's key.
+        Validated is final; the same status again with the same report (and no note) changes nothing."""
         if status not in STATUSES:
             raise UnusableInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         v = self.get(ref)
-        with self._lock(v.name):
+        with self._writing(), self._lock(v.name):
+            key = self._key(create=True)
             manifest = self._read_manifest(v.name, v.version)  # re-read under the lock
-            if manifest["status"] == "validated" and status != "validated":
-                raise GateFailed(f"{v.ref} is validated; a validated version never changes status")
+            # An unsigned or forged record is no status at all: it neither blocks nor skips this one.
+            trusted = not self.status_problems(manifest)
+            if trusted and manifest["status"] == "validated":
+                if status != "validated":
+                    raise GateFailed(f"{v.ref} is validated; a validated version never changes status")
+                return Version(v.name, v.version, manifest)
+            same_report = report is None or _canonical(report) == _canonical(manifest.get("check_report"))
+            if trusted and manifest["status"] == status and same_report and not note:
+                return Version(v.name, v.version, manifest)
             manifest["status"] = status
             if report is not None:
                 manifest["check_report"] = report
-            manifest["status_history"].append({"status": status, "at": _now(), **({"note": note} if note else {})})
-            folder = self._dir(v.name, v.version)
-            tmp = f"{folder}/.{MANIFEST}.{uuid.uuid4().hex}"
-            with self.fs.open(tmp, "wb") as handle:
-                handle.write(_dumps(manifest))
-            if self.local:
-                os.replace(tmp, f"{folder}/{MANIFEST}")
-            else:
-                self.fs.mv(tmp, f"{folder}/{MANIFEST}")
+            manifest["status_history"] = list(manifest.get("status_history") or []) + [
+                {"status": status, "at": _now(), **({"note": note} if note else {})}]
+            sign_status(manifest, key)
+            self._replace_manifest(v.name, v.version, manifest)
         return Version(v.name, v.version, manifest)
+
+    def _replace_manifest(self, name: str, version: str, manifest: dict[str, Any]) -> None:
+        """Atomic replace, through a temporary file in NAME/ (never in the version folder, which
+        holds exactly the manifest's files). Called under the lock, so any other temporary manifest
+        there is a killed writer's."""
+        parent = self._dir(name)
+        prefix = f".{MANIFEST}-"
+        if self.local:
+            for entry in os.scandir(parent):
+                if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                    os.unlink(entry.path)
+        tmp = f"{parent}/{prefix}{version}-{uuid.uuid4().hex}.tmp"
+        with self.fs.open(tmp, "wb") as handle:
+            handle.write(_dumps(manifest))
+        if self.local:
+            os.replace(tmp, f"{self._dir(name, version)}/{MANIFEST}")
+        else:
+            self.fs.mv(tmp, f"{self._dir(name, version)}/{MANIFEST}")
 
     # -- reading ---------------------------------------------------------------------------
     def _read_manifest(self, name: str, version: str) -> dict[str, Any]:
@@ -296,14 +493,19 @@ class Store:
             return handle.read().decode("utf-8")
 
     def verify(self, ref: str) -> list[str]:
-        """Every problem with a version's files: changed, missing, extra, or a manifest that lies."""
+        """Every problem with a version: a changed, missing or extra file (dot-files and empty
+        folders too: nothing but the manifest's files belongs in a version), a manifest whose hashes
+        or name lie, and a status record that does not match its signature."""
         v = self.get(ref)
         folder = self._dir(v.name, v.version)
         problems = []
         expected = v.manifest["files"]
-        present = {
-            p[len(folder) + 1 :] for p in self.fs.find(folder) if not p.rsplit("/", 1)[-1].startswith(".")
-        } - {MANIFEST}
+        present, folders = set(), set()
+        for path, info in self.fs.find(folder, withdirs=True, detail=True).items():
+            rel = path.rstrip("/")[len(folder) + 1 :]
+            if rel:
+                (folders if info["type"] == "directory" else present).add(rel)
+        present.discard(MANIFEST)
         for rel in sorted(expected):
             if rel not in present:
                 problems.append(f"missing: {rel}")
@@ -313,10 +515,54 @@ class Store:
             if digest != expected[rel]["sha256"]:
                 problems.append(f"changed: {rel} (sha256 {digest[:12]}, manifest says {expected[rel]['sha256'][:12]})")
         problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
+        # a folder holding no file at all is extra too (one holding an extra file is named by it)
+        problems += [f"extra: {d}/" for d in sorted(folders)
+                     if not any(f.startswith(d + "/") for f in present | set(expected))]
         if version_id(expected) != v.version:
             problems.append(f"manifest: its file hashes give version {version_id(expected)}, not {v.version}")
-        return problems
+        if (v.manifest.get("name"), v.manifest.get("version")) != (v.name, v.version):
+            problems.append(f"manifest: it names {v.manifest.get('name')}@{v.manifest.get('version')}, "
+                            f"but lies in {v.ref}'s folder")
+        return problems + self.status_problems(v.manifest)
 
 
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode()
+
+
+def _writer_tag() -> str:
+    """This host, boot and pid namespace: where a staging folder's pid means this machine's process.
+    After a reboot, or from another container or machine, the tag differs and only age counts."""
+    parts = [socket.gethostname()]
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(open(path).read().strip() if path.endswith("boot_id") else str(os.stat(path).st_ino))
+        except OSError:
+            parts.append("-")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    try:  # a killed process its parent has not reaped yet is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _newest_mtime(folder: str) -> float:
+    """The last time anything in a folder was written: a writer busy with a large file keeps it fresh."""
+    newest = os.lstat(folder).st_mtime
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for entry in dirnames + filenames:
+            try:
+                newest = max(newest, os.lstat(os.path.join(dirpath, entry)).st_mtime)
+            except OSError:
+                pass
+    return newest

@@ -450,3 +450,262 @@ def test_push_resumes_after_the_server_is_killed_mid_push(argilla, monkeypatch):
     external = [r["external_id"] for r in _all_records(owner, _dataset_id(owner, "crash"))]
     assert len(external) == len(set(external)) == 1500
     assert set(external) == {r["pair_id"] for r in rows}
+
+
+# -- the server's files are its user's alone (issue 12, item 2) ------------------------------------------
+
+PRIVATE_DIRS = ("", "home", "tmp")
+
+
+def _loosen(workdir: Path) -> None:
+    """What an install made before this fix looks like: world-readable database and folders."""
+    for rel in PRIVATE_DIRS:
+        (workdir / rel).chmod(0o755)
+    for path in [*workdir.glob("*"), *(workdir / "home").glob("*")]:
+        if path.is_file():
+            path.chmod(0o644)
+
+
+def _assert_private(workdir: Path) -> None:
+    for rel in PRIVATE_DIRS:
+        mode = (workdir / rel).stat().st_mode & 0o777
+        assert mode == 0o700, f"{workdir / rel} is {oct(mode)}, not 0o700"
+    files = [p for p in [*workdir.glob("*"), *(workdir / "home").rglob("*")] if p.is_file()]
+    assert any(p.name == "argilla.db" for p in files)
+    for path in files:
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is {oct(path.stat().st_mode & 0o777)}: others can read it"
+
+
+def test_server_folder_and_database_are_private_and_up_repairs_old_modes(argilla):
+    server, info = argilla
+    _assert_private(server.workdir)  # as the server made them (its umask), the database included
+    _loosen(server.workdir)
+    port = int(info.url.rsplit(":", 1)[1])
+    running = server.status()  # (an earlier test may have restarted it)
+    assert server.start(port=port, log=print).pid == running.pid  # `up` on a running server: repairs, no restart
+    _assert_private(server.workdir)
+
+
+class _traversable:
+    """Let every user traverse (not list) the folders above `path` for the test, as /home/USER
+    often allows; pytest's own temporary folders are 0700, which would hide the server's modes."""
+
+    def __init__(self, path: Path):
+        self.parents = [p for p in path.parents if p != Path("/")]
+
+    def __enter__(self):
+        self.modes = {p: p.stat().st_mode & 0o7777 for p in self.parents}
+        for p in self.parents:
+            p.chmod(self.modes[p] | 0o011)
+
+    def __exit__(self, *exc):
+        for p, mode in self.modes.items():
+            p.chmod(mode)
+
+
+def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
+    import os
+
+    def drop():  # runs in the child before exec: become uid/gid 65534 (nobody), no groups
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    run = subprocess.run(list(cmd), preexec_fn=drop, capture_output=True, timeout=30)
+    return subprocess.CompletedProcess(run.args, run.returncode, run.stdout, run.stderr.decode(errors="replace"))
+
+
+@pytest.mark.skipif(sys.platform != "linux" or __import__("os").geteuid() != 0,
+                    reason="reading as another user needs root, to switch to uid 65534")
+def test_another_user_cannot_read_the_keys(argilla):
+    """As uid 65534 (nobody): an install as older prefdata left it (folders 0755, database 0644)
+    gives the owner's key away; after `up` nobody can read or list anything in the server folder."""
+    server, info = argilla
+    db = server.home / "argilla.db"
+    assert info.api_key.encode() in db.read_bytes(), "the database holds the owner's key in plain text"
+    port = int(info.url.rsplit(":", 1)[1])
+    with _traversable(server.workdir):
+        _loosen(server.workdir)
+        leaked = _as_nobody("cat", str(db))
+        assert leaked.returncode == 0 and info.api_key.encode() in leaked.stdout, "the test must reach the folder as nobody"
+        server.start(port=port, log=print)  # what `prefdata argilla up` does on this install
+        for target in (db, server.workdir / "owner.json", server.log_path):
+            run = _as_nobody("cat", str(target))
+            assert run.returncode != 0 and "Permission denied" in run.stderr, target
+        listing = _as_nobody("ls", str(server.home))
+        assert listing.returncode != 0 and "Permission denied" in listing.stderr
+
+
+# -- the errors of issue 12 (items 14, 16, 17) -------------------------------------------------------------
+
+def test_push_of_an_empty_file_is_one_line(tmp_path):
+    for name, text in (("empty.jsonl", ""), ("empty.csv", ""), ("header.csv", "pair_id,prompt,response_a,response_b\n")):
+        (tmp_path / name).write_text(text)
+        run = _cli("argilla", "push", str(tmp_path / name), "--dataset", "x", "--url", "http://127.0.0.1:9",
+                   "--api-key", "some-key")
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2, run.stderr
+        assert len(lines) == 1 and lines[0].startswith("prefdata: error:") and name in lines[0], run.stderr
+
+
+def test_argilla_help_names_the_defaults():
+    import os
+
+    for command in ("push", "pull", "add-user"):
+        run = subprocess.run([sys.executable, "-m", "prefdata", "argilla", command, "--help"], capture_output=True,
+                             text=True, cwd=REPO, env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
+        assert run.returncode == 0
+        text = " ".join(run.stdout.split())
+        for phrase in ("$ARGILLA_API_URL", "$ARGILLA_API_KEY", "$PREFDATA_ARGILLA"):
+            assert phrase in text, f"argilla {command} --help: {phrase} missing"
+        assert "URL ." not in text and "key ." not in text and "folder ." not in text
+
+
+def test_push_with_an_annotator_key_says_it_needs_the_owner_key(argilla, tmp_path):
+    _, info = argilla
+    key = _users(info, ["lowly"])["lowly"]
+    (tmp_path / "q.jsonl").write_text(json.dumps({"pair_id": "1", "prompt": "p", "response_a": "a", "response_b": "b"}))
+    run = _cli("argilla", "push", str(tmp_path / "q.jsonl"), "--dataset", "never-made", "--url", info.url,
+               "--api-key", key)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert "500" not in lines[0] and "annotator" in lines[0] and "lowly" in lines[0] and "owner" in lines[0], lines[0]
+    assert key not in run.stderr + run.stdout
+
+
+def test_push_finishes_a_dataset_whose_creation_the_server_died_in(argilla, monkeypatch):
+    """SIGKILL the real server while push creates the dataset (after its fields, before its questions):
+    the dataset stays a draft. Push again after a restart: it finishes that dataset, not refuses it."""
+    import argilla._api._questions as questions_api
+
+    from prefdata.argilla import push_pairs
+    from prefdata.argilla.server import LocalArgilla
+
+    server, info = argilla
+    rows = [{"pair_id": f"half{i}", "prompt": f"prompt {i}", "response_a": f"a {i}", "response_b": f"b {i}"}
+            for i in range(5)]
+    original = questions_api.QuestionsAPI.create
+
+    def die_first(self, *args, **kwargs):
+        server.kill()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(questions_api.QuestionsAPI, "create", die_first)
+    with pytest.raises(PrefdataError, match="cannot reach Argilla"):
+        push_pairs(rows, url=info.url, api_key=info.api_key, dataset="halfmade", progress=False)
+    monkeypatch.setattr(questions_api.QuestionsAPI, "create", original)
+    port = int(info.url.rsplit(":", 1)[1])
+    LocalArgilla(server.workdir, venv=server.venv).start(port=port, log=print)
+    owner = _http(info.url, info.api_key)
+    draft = next(d for d in owner.get("/api/v1/me/datasets").json()["items"] if d["name"] == "halfmade")
+    assert draft["status"] == "draft", "the fault must leave a half-made dataset behind"
+    assert [f["name"] for f in owner.get(f"/api/v1/datasets/{draft['id']}/fields").json()["items"]]
+    assert owner.get(f"/api/v1/datasets/{draft['id']}/questions").json()["items"] == []
+
+    result = push_pairs(rows, url=info.url, api_key=info.api_key, dataset="halfmade", overlap=2, progress=False)
+    assert (result.pushed, result.records) == (5, 5)
+    made = owner.get(f"/api/v1/datasets/{result.dataset_id}").json()
+    assert made["status"] == "ready" and made["distribution"]["min_submitted"] == 2
+    questions = owner.get(f"/api/v1/datasets/{result.dataset_id}/questions").json()["items"]
+    assert sorted(q["name"] for q in questions) == ["preference", "rationale"]
+    # a draft that is not prefdata's (another field) is still refused
+    import argilla as rg
+
+    client = rg.Argilla(api_url=info.url, api_key=info.api_key)
+    other = client.api.datasets.create(rg.Dataset(name="someone-else", workspace="prefdata", client=client).api_model())
+    assert owner.post(f"/api/v1/datasets/{other.id}/fields",
+                      json={"name": "tweet", "title": "Tweet", "settings": {"type": "text"}}).status_code == 201
+    with pytest.raises(PrefdataError, match="not made by prefdata"):
+        push_pairs(rows, url=info.url, api_key=info.api_key, dataset="someone-else", progress=False)
+
+
+# -- a label audit of a version's own labels (issue 16) ----------------------------------------------------
+
+def _cli_env(*args: str, store: Path) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, env={**os.environ, "PREFDATA_STORE": str(store), "COLUMNS": "200"})
+
+
+def test_label_audit_of_hh_rlhf_pairs_round_trips(argilla, shared_data, tmp_path):
+    """A version of chosen/rejected pairs (12 HH-RLHF pairs) goes to Argilla blind, in a recorded
+    A/B order, a sample of 8; three annotators answer over HTTP as themselves, overturning two
+    labels; the pulled votes give the label agreement in `check`, and `filter` drops the two."""
+    import gzip
+
+    from prefdata.argilla import shown_order
+    from prefdata.store import Store
+
+    _, info = argilla
+    store = tmp_path / "store"
+    src = tmp_path / "hh12.jsonl"
+    with gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt", encoding="utf-8") as f:
+        src.write_text("".join(next(f) for _ in range(12)))
+    assert _cli_env("import", str(src), "--name", "hh12", store=store).returncode == 0
+    ref = Store(str(store)).versions("hh12")[0].ref
+    pairs = Store(str(store)).load(ref)
+    assert pairs.height == 12
+
+    push = _cli_env("argilla", "push", ref, "--dataset", "hh-audit", "--sample", "8", "--seed", "3", "--overlap", "3",
+                    "--url", info.url, "--api-key", info.api_key, store=store)
+    assert push.returncode == 0, push.stderr
+    again = _cli_env("argilla", "push", ref, "--dataset", "hh-audit", "--sample", "8", "--seed", "3", "--overlap", "3",
+                     "--url", info.url, "--api-key", info.api_key, store=store)
+    assert "0 pushed + 8 already" in again.stdout, "the same sample on every push"
+
+    owner = _http(info.url, info.api_key)
+    dataset_id = _dataset_id(owner, "hh-audit")
+    records = _all_records(owner, dataset_id, include="suggestions")
+    by_id = {p["id"]: p for p in pairs.iter_rows(named=True)}
+    assert len(records) == 8 and {r["external_id"] for r in records} <= set(by_id)
+    for record in records:  # blind: the two sides in the recorded order, no verdict suggested
+        pair = by_id[record["external_id"]]
+        order = record["metadata"]["order"]
+        assert order == shown_order(pair["id"], 3)
+        shown = (record["fields"]["response_a"], record["fields"]["response_b"])
+        assert shown == ((pair["chosen"], pair["rejected"]) if order == "ab" else (pair["rejected"], pair["chosen"]))
+        assert record["fields"]["prompt"] == pair["prompt"] and record["suggestions"] == []
+    assert {r["metadata"]["order"] for r in records} == {"ab", "ba"}
+
+    audited = sorted(r["external_id"] for r in records)
+    overturned = set(audited[:2])  # two annotators of three prefer the rejected side here
+    plan = {"rater1": lambda i: "rejected" if i in overturned else "chosen",
+            "rater2": lambda i: "rejected" if i in overturned else ("rejected" if i == audited[2] else "chosen"),
+            "rater3": lambda i: "chosen"}
+    keys = _users(info, list(plan))
+    for name, choose in plan.items():
+        client = _http(info.url, keys[name])
+        for record in records:
+            preferred = by_id[record["external_id"]][choose(record["external_id"])]
+            shown = "a" if record["fields"]["response_a"] == preferred else "b"
+            response = client.post(f"/api/v1/records/{record['id']}/responses",
+                                   json={"values": {"preference": {"value": shown}}, "status": "submitted"})
+            assert response.status_code == 201, response.text
+
+    votes_path = tmp_path / "votes.parquet"
+    pull = _cli_env("argilla", "pull", "--dataset", "hh-audit", "--out", str(votes_path), "--url", info.url,
+                    "--api-key", info.api_key, store=store)
+    assert pull.returncode == 0, pull.stderr
+    votes = pl.read_parquet(votes_path)
+    assert votes.height == 24 and set(votes["label"]) == {"a"}, "the pair's own label, in the votes' terms"
+
+    check = _cli_env("check", ref, "--votes", str(votes_path), "--json", str(tmp_path / "check.json"), store=store)
+    assert check.returncode in (0, 1), check.stderr  # min_size fails on 12 pairs; the audit is what is looked at
+    report = {c["id"]: c for c in json.loads((tmp_path / "check.json").read_text())["checks"]}
+    audit = report["label_audit"]
+    assert audit["status"] == "pass" and audit["metric"] == pytest.approx(6 / 8)
+    assert sorted(audit["offending"]) == sorted(overturned)
+    assert audit["details"]["per_annotator"] == pytest.approx({"rater1": 6 / 8, "rater2": 5 / 8, "rater3": 1.0})
+    assert audit["details"]["vote_agreement"] == pytest.approx(19 / 24)
+    assert report["agreement"]["status"] in ("pass", "fail") and report["agreement"]["details"]["n_pairs"] == 8
+    assert "label_audit" in check.stdout
+
+    filtered = _cli_env("filter", ref, "--drop", "label_audit", "--votes", str(votes_path), "--json",
+                        str(tmp_path / "filter.json"), store=store)
+    assert filtered.returncode == 0, filtered.stderr
+    summary = json.loads((tmp_path / "filter.json").read_text())
+    assert (summary["read"], summary["kept"], summary["quarantined"]) == (12, 10, 2)
+    assert summary["reasons"] == {"check:label_audit": 2}
+    child = Store(str(store)).load(summary["version"])
+    assert set(child["id"]) == set(by_id) - overturned

@@ -178,3 +178,142 @@ def test_check_exit_2_on_unusable_input(tmp_path):
         done = run(*args, store=tmp_path / "store")
         assert done.returncode == 2 and "Traceback" not in done.stderr, args
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+# -- rows lost at read count against the gate (issue 12, items 9 and 10) -------------------------
+
+
+def test_a_file_with_one_clean_and_one_identical_pair_fails_degenerate_pairs(tmp_path):
+    clean = {"id": "ok", "prompt": "Name a colour.", "chosen": "Red.", "rejected": "Seven."}
+    identical = {"id": "same", "prompt": "Name a fruit.", "chosen": "Apple.", "rejected": "Apple."}
+    data = write_jsonl(tmp_path / "d.jsonl", [clean, identical])
+    done = run("check", str(data), "--json", str(tmp_path / "r.json"), store=tmp_path / "store")
+    assert done.returncode == 1, done.stdout + done.stderr
+    checks = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    degenerate = checks["degenerate_pairs"]
+    assert degenerate["status"] == "fail" and degenerate["offending"] == ["same"]
+    assert "1 of 2 pairs" in degenerate["message"] and degenerate["metric"] == pytest.approx(0.5)
+    assert degenerate["details"]["reasons"]["identical"] == 1 and degenerate["details"]["lost_at_read"] == 1
+    assert checks["unreadable_rows"]["status"] == "pass"  # counted once, where it belongs
+    assert "1 rows of" in done.stdout and "identical_responses" in done.stdout
+
+
+def test_rows_and_votes_lost_at_read_fail_unreadable_rows_and_are_named(tmp_path):
+    rows = clean_rows()
+    lines = [json.dumps(r) for r in rows] + ["{not json", json.dumps({"prompt": "p", "chosen": "only one side"})]
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    votes = votes_for(rows) + [{"pair_id": "no-such-pair", "annotator": "train-1", "vote": "a"},
+                               {"pair_id": rows[0]["id"], "annotator": "train-9", "vote": "maybe"}]
+    votes_path = write_jsonl(tmp_path / "v.jsonl", votes)
+    done = run("check", str(data), "--votes", str(votes_path), "--json", str(tmp_path / "r.json"), store=tmp_path / "store")
+    assert done.returncode == 1, done.stdout + done.stderr
+    checks = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    unreadable = checks["unreadable_rows"]
+    n_votes = len(votes)
+    assert unreadable["status"] == "fail" and unreadable["n_offending"] == 4
+    assert unreadable["offending"] == ["d.jsonl:31", "d.jsonl:32", f"v.jsonl:{n_votes - 1}", f"v.jsonl:{n_votes}"]
+    assert unreadable["metric"] == pytest.approx(4 / (len(lines) + n_votes))
+    assert unreadable["details"]["reasons"] == {"invalid_json": 1, "missing_field:rejected": 1,
+                                                "unknown_pair_id": 1, "invalid_vote": 1}
+    assert checks["degenerate_pairs"]["status"] == "pass"
+    # both notes on the terminal, not only in --json
+    out = " ".join(done.stdout.split())
+    assert "2 rows of" in out and "invalid_json" in out
+    assert "2 votes of" in out and "unknown_pair_id" in out and "invalid_vote" in out
+
+
+def test_lost_rows_count_in_the_check_they_belong_to():
+    pairs = pl.DataFrame(clean_rows())
+    lost = pl.DataFrame({"id": ["d.jsonl:7", "x1", "d.jsonl:9"],
+                         "reason": ["identical_responses", "empty_text:prompt", "wrong_type:chosen"]})
+    results = {r.id: r for r in run_checklist(CheckInputs(pairs=pairs, lost=lost, rows_read=pairs.height + 3),
+                                              load_config(), only=["degenerate_pairs", "unreadable_rows"])}
+    degenerate = results["degenerate_pairs"]
+    assert degenerate.status == "fail" and degenerate.offending == ("d.jsonl:7", "x1")
+    assert degenerate.metric == pytest.approx(2 / (pairs.height + 2))
+    assert degenerate.details["reasons"]["identical"] == 1 and degenerate.details["reasons"]["empty_prompt"] == 1
+    unreadable = results["unreadable_rows"]
+    assert unreadable.status == "fail" and unreadable.offending == ("d.jsonl:9",)
+    assert unreadable.metric == pytest.approx(1 / (pairs.height + 3))
+    # a store version (or a frame given directly) loses nothing at read: the check passes on 0 lost
+    plain = {r.id: r for r in run_checklist(CheckInputs(pairs=pairs), load_config(), only=["unreadable_rows"])}
+    assert plain["unreadable_rows"].status == "pass" and plain["unreadable_rows"].metric == 0.0
+
+
+# -- thresholds have ranges (issue 12, item 15) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("check_id,name,value,allowed", [
+    ("min_size", "min_pairs", -10, ">= 0"),
+    ("min_size", "min_pairs", 2.5, "an integer"),
+    ("length_ratio", "max_ratio", 0.5, ">= 1"),
+    ("length_ratio", "max_violation_share", 1.5, "[0, 1]"),
+    ("exact_duplicates", "max_share", -0.1, "[0, 1]"),
+    ("prompt_distribution", "alpha", 0.0, "(0, 1)"),
+    ("prompt_distribution", "alpha", 1.0, "(0, 1)"),
+    ("near_duplicates", "threshold", 0.0, "(0, 1]"),
+    ("near_duplicates", "num_perm", 0, ">= 1"),
+    ("agreement", "threshold", 1.5, "[-1, 1]"),
+    ("agreement", "level", "nominall", "nominal"),
+    ("answer_leakage", "max_overlap", 1.0, "[0, 1)"),
+    ("category_coverage", "min_share", float("nan"), "[0, 1]"),
+    ("unreadable_rows", "max_share", 2, "[0, 1]"),
+])
+def test_out_of_range_thresholds_are_refused(tmp_path, check_id, name, value, allowed):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(f"checks:\n  {check_id}: {{{name}: {'.nan' if value != value else json.dumps(value)}}}\n")
+    with pytest.raises(UnusableInput) as raised:
+        load_config(bad)
+    line = str(raised.value)
+    assert f"{check_id}.{name}" in line and allowed in line and "\n" not in line
+    assert (".nan" if value != value else str(value)) in line.lower() or repr(value) in line
+
+
+def test_negative_min_pairs_exits_2_with_one_line(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("checks:\n  min_size: {min_pairs: -10}\n")
+    data = write_jsonl(tmp_path / "d.jsonl", clean_rows())
+    done = run("check", str(data), "--config", str(config), store=tmp_path / "store")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "min_size.min_pairs" in done.stderr and "-10" in done.stderr and ">= 0" in done.stderr
+
+
+def test_every_tunable_number_has_a_range_and_the_defaults_lie_in_it():
+    from prefdata.checks.checklist import RANGES, _parameters, _registry
+
+    config = load_config()
+    for check_id, (function, _) in _registry().items():
+        for name, default in _parameters(function).items():
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                assert (check_id, name) in RANGES, f"{check_id}.{name} has no range"
+                assert RANGES[check_id, name].admits(default), (check_id, name, default)
+        for name, value in (config["checks"].get(check_id) or {}).items():
+            if (check_id, name) in RANGES:
+                assert RANGES[check_id, name].admits(value), (check_id, name, value)
+
+
+def test_lost_rows_are_named_by_their_own_id_unless_a_kept_row_has_it(tmp_path):
+    from prefdata.gate import lost_at_read
+    from prefdata.importer import import_file
+
+    rows = [{"id": "x", "prompt": "p", "chosen": "a", "rejected": "b"},
+            {"id": "x", "prompt": "p", "chosen": "c", "rejected": "d"},  # duplicate_id_conflict: "x" is kept
+            {"id": "y", "prompt": "p", "chosen": "e", "rejected": "e"},
+            {"prompt": "p", "chosen": "f"}]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    lost = lost_at_read(import_file(data))
+    assert dict(zip(lost["id"], lost["reason"])) == {"d.jsonl:2": "duplicate_id_conflict", "y": "identical_responses",
+                                                     "d.jsonl:4": "missing_field:rejected"}
+
+
+def test_check_votes_notes_dropped_votes_on_the_terminal(tmp_path):
+    rows = clean_rows()
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    votes = write_jsonl(tmp_path / "v.jsonl", votes_for(rows) + [{"pair_id": "nope", "annotator": "train-1", "vote": "a"},
+                                                                  {"pair_id": rows[1]["id"], "annotator": "train-7", "vote": "x"}])
+    done = run("check", str(data), "--votes", str(votes), store=tmp_path / "store")
+    out = " ".join(done.stdout.split())
+    assert "note: 2 votes of" in out and "1 unknown_pair_id" in out and "1 invalid_vote" in out, done.stdout
+    assert "rows of" not in out  # no data row was left out

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 
-def run(*args: str, env_store: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def run(*args: str, env_store: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {})}
     if env_store is not None:
         env["PREFDATA_STORE"] = str(env_store)
     return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env, timeout=300)
@@ -89,6 +89,55 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, needle):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["check"], "Missing argument"), (["check", "x.jsonl", "--bogus"], "No such option: --bogus"),
+     (["nosuch"], "No such command"), (["versions", "--store"], "requires an argument")],
+)
+def test_usage_errors_exit_2_with_clicks_message(args, needle):
+    done = run(*args)
+    assert done.returncode == 2, done.stderr
+    assert needle in done.stderr and "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [(["versions", "--help"], "$PREFDATA_STORE or .prefdata/store"),
+                                            (["train", "--help"], "METHOD-NAME-VERSION"),
+                                            (["serve", "--help"], "no limit")])
+def test_help_shows_the_defaults_it_names(args, needle):
+    done = run(*args, env={"COLUMNS": "250"})
+    assert done.returncode == 0 and needle in done.stdout
+
+
 def test_verbose_shows_the_traceback(tmp_path):
     done = run("--verbose", "import", "/no/such/file.jsonl", "--out", "x.jsonl")
     assert done.returncode == 2 and "Traceback" in done.stderr
+
+
+def test_versions_and_show_never_cut_ids_in_80_columns_or_a_pipe(tmp_path):
+    store = tmp_path / "store"
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"prompt": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}"}) + "\n" for i in range(3)))
+    refs = []
+    for name in ("demo-arithmetic", "a-dataset-name-long-enough-to-fill-most-of-an-eighty-column-line"):
+        done = run("import", str(src), "--name", name, env_store=store)
+        assert done.returncode == 0, done.stderr
+        refs.append(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("version:")))
+    assert all(len(ref.split("@")[1]) == 12 for ref in refs)  # the full version id
+    env = {**os.environ, "PREFDATA_STORE": str(store), "COLUMNS": "80"}
+    listed = subprocess.run([sys.executable, "-m", "prefdata", "versions"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    for ref in refs:  # each id whole, first on its own line, so it can be copied as it is
+        assert any(line.split()[0] == ref for line in lines), listed.stdout
+    assert "…" not in listed.stdout
+    shown = subprocess.run([sys.executable, "-m", "prefdata", "show", refs[1]], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert shown.returncode == 0 and shown.stdout.split()[0] == refs[1] and "…" not in shown.stdout
+
+    as_json = subprocess.run([sys.executable, "-m", "prefdata", "versions", "--json"], capture_output=True,
+                             text=True, env=env, timeout=120)
+    records = json.loads(as_json.stdout)
+    assert sorted(r["id"] for r in records) == sorted(refs)
+    for r in records:  # the whole manifest, with its full id
+        assert r["id"] == f"{r['name']}@{r['version']}" and r["status"] == "draft" and r["files"] and r["counts"]["rows"]

@@ -458,3 +458,24 @@ def test_collect_names_a_missing_prompt_file_and_a_missing_engine(prefect_api, w
     except ImportError:
         with pytest.raises(UnusableInput, match="needs prefect-ray: pip install prefect-ray"):
             run_collect(tmp_path, engine=Engine(runner="ray"))
+
+
+def test_the_train_and_publish_flows_refuse_a_hand_edited_status(prefect_api, tmp_path):
+    """`sed -i 's/"status": "draft"/"status": "validated"/' manifest.json` must not pass the gate."""
+    from prefdata.errors import GateFailed
+    from prefdata.flows.gate import publish
+    from prefdata.flows.train import train
+    from prefdata.importer import import_file, version_tables
+
+    src = tmp_path / "pairs.jsonl"
+    src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")
+    result = import_file(src)
+    store = str(tmp_path / "store")
+    v = Store(store).create("forged", version_tables(result), counts=result.summary(), lineage={"sources": result.sources})
+    manifest = Path(Store(store).path(v.ref)) / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"status": "draft"', '"status": "validated"', 1))
+    assert Store(store).get(v.ref).status == "validated"  # what the manifest claims
+    with pytest.raises(GateFailed, match="has no signature"):
+        train(v.ref, Training(), store)
+    with pytest.raises(GateFailed, match="has no signature"):
+        publish(v.ref, store=store)

@@ -49,12 +49,16 @@ def test_hh_split_keeps_responses_that_contain_the_marker():
 def test_pandalm_three_annotators_majority_counts(shared_data):
     result = import_file(shared_data / "pandalm" / "testset-v1.json")
     assert result.format == "comparisons"
-    assert (result.read, result.kept, result.quarantined) == (999, 999, 0)
+    # 6 rows have a JSON boolean (`true`) where a response's text belongs: wrong_type, not "True"
+    assert (result.read, result.kept, result.quarantined) == (999, 993, 6)
+    assert result.reasons == {"wrong_type:response_a": 4, "wrong_type:response_b": 2}
+    assert sorted(q["raw"]["idx"] for q in result.quarantine) == [157, 158, 159, 161, 162, 164]
     labels = Counter(result.comparisons["label"].to_list())
-    assert (labels["tie"], labels["a"], labels["b"]) == (105, 422, 472)  # PandaLM README
-    assert result.votes.height == 3 * 999
+    # PandaLM README: 105 ties, 422 a, 472 b; the 6 quarantined rows held 4 a and 2 b majorities
+    assert (labels["tie"], labels["a"], labels["b"]) == (105, 422 - 4, 472 - 2)
+    assert result.votes.height == 3 * 993
     assert set(result.votes["annotator"].unique()) == {"annotator1", "annotator2", "annotator3"}
-    assert result.pairs.height == 422 + 472  # ties stay out of chosen/rejected
+    assert result.pairs.height == 418 + 470  # ties stay out of chosen/rejected
     assert result.unresolved == {"tie": 105}
     # models follow their responses: the winner's model becomes chosen_model
     first = result.comparisons.row(0, named=True)
@@ -81,7 +85,7 @@ def test_long_votes_give_the_same_labels_as_wide(tmp_path, shared_data):
     long = import_file(data, votes=votes)
     assert long.votes_read == long.votes_kept == 2997
     merged = long.comparisons.select("id", "label").join(wide.comparisons.select("id", "label"), on="id")
-    assert merged.height == 999
+    assert merged.height == 993  # the wide import quarantines 6 rows with boolean responses
     assert (merged["label"] == merged["label_right"]).all()
 
 
@@ -143,7 +147,8 @@ def test_csv_with_broken_rows(tmp_path):
     src = tmp_path / "d.csv"
     src.write_bytes(b"prompt,chosen,rejected\nq,a,b\nq,a\nq,\xff,b\nq,c,d\n")
     result = import_file(src)
-    assert [(q["row"], q["reason"]) for q in result.quarantine] == [(2, "malformed_csv_row"), (3, "invalid_utf8")]
+    # rows are line numbers: the header is line 1
+    assert [(q["row"], q["reason"]) for q in result.quarantine] == [(3, "malformed_csv_row"), (4, "invalid_utf8")]
     assert (result.read, result.kept) == (4, 2)
 
 
@@ -160,7 +165,7 @@ def test_trl_conversational_explicit_implicit_and_whole_conversations(tmp_path):
     assert result.format == "trl-chat"
     assert result.pairs.select("prompt", "chosen", "rejected").rows() == [("What is 2+2?", "4", "5")] * 3
     assert [q["reason"] for q in result.quarantine] == ["wrong_type:chosen"]
-    assert result.pairs["score_chosen"].to_list() == [None, None, "9"]
+    assert result.pairs["score_chosen"].to_list() == [None, None, 9.0]
 
 
 def test_votes_table_faults_are_quarantined(tmp_path):

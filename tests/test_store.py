@@ -46,11 +46,11 @@ def test_hf_load_dataset_reads_the_version_folder(store_root, shared_data):
     v = store.create("pandalm", version_tables(result), quarantine=result.quarantine, counts=result.summary(), lineage={})
     folder = store.path(v.ref)
     pairs = datasets.load_dataset(folder, split="train")
-    assert pairs.num_rows == 894 and {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
-    assert datasets.load_dataset(folder, "votes", split="train").num_rows == 2997
-    assert datasets.load_dataset(folder, "comparisons", split="train").num_rows == 999
-    assert datasets.load_dataset(folder, "sft", split="train").num_rows == 894
-    assert store.load(v.ref, "votes").height == 2997
+    assert pairs.num_rows == 888 and {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
+    assert datasets.load_dataset(folder, "votes", split="train").num_rows == 2979
+    assert datasets.load_dataset(folder, "comparisons", split="train").num_rows == 993
+    assert datasets.load_dataset(folder, "sft", split="train").num_rows == 888
+    assert store.load(v.ref, "votes").height == 2979
 
 
 def test_tampering_is_detected(store_root):
@@ -95,13 +95,19 @@ def test_names_that_escape_the_root_are_refused(store_root, bad):
         Store().get(bad)
 
 
-def test_fsspec_url_store(shared_data):
+def test_fsspec_url_store(shared_data, monkeypatch):
     store = Store("memory://prefdata-test-store")
     result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
     v = store.create("hh", version_tables(result), quarantine=[], counts=result.summary(), lineage={})
     assert store.verify(v.ref) == []
     assert store.load(v.ref).height == 2312
+    # no key file in shared storage (whoever reads the bucket would read it): the key comes from the environment
+    monkeypatch.delenv("PREFDATA_STORE_KEY", raising=False)
+    with pytest.raises(UnusableInput, match="PREFDATA_STORE_KEY"):
+        store.set_status(v.ref, "validated")
+    monkeypatch.setenv("PREFDATA_STORE_KEY", "k" * 64)
     assert store.set_status(v.ref, "validated").status == "validated"
+    assert store.verify(v.ref) == [] and not store.fs.exists(f"{store.root}/.prefdata-key")
 
 
 def test_concurrent_publishes_leave_only_whole_versions(store_root, tmp_path):

@@ -187,6 +187,30 @@ def test_degenerate_tied_scores_numbers_and_numeric_strings():
     assert check_degenerate_pairs(numbers).offending == ("r0",)
 
 
+def test_degenerate_counts_rows_lost_at_read():
+    lost = pl.DataFrame({"id": ["d.jsonl:3", "x9"], "reason": ["identical_responses", "empty_text:prompt"]})
+    result = check_degenerate_pairs(pairs_of(("a good answer", "a bad answer")), lost=lost)
+    assert result.status == "fail" and result.offending == ("d.jsonl:3", "x9")
+    assert result.metric == pytest.approx(2 / 3) and result.message.startswith("2 of 3 pairs")
+    assert result.details["reasons"]["identical"] == 1 and result.details["reasons"]["empty_prompt"] == 1
+    assert result.details["lost_at_read"] == 2
+    # every row of the file lost: still a failure, not a skip for want of pairs
+    only_lost = check_degenerate_pairs(pairs_of(("a", "b")).clear(), lost=lost)
+    assert only_lost.status == "fail" and only_lost.metric == 1.0
+
+
+def test_unreadable_rows():
+    from prefdata.checks.structure import check_unreadable_rows
+
+    lost = pl.DataFrame({"id": ["d.jsonl:4", "v.jsonl:2"], "reason": ["invalid_json", "unknown_pair_id"]})
+    result = check_unreadable_rows(lost, n_read=10)
+    assert result.status == "fail" and result.offending == ("d.jsonl:4", "v.jsonl:2") and result.metric == 0.2
+    assert result.details["reasons"] == {"invalid_json": 1, "unknown_pair_id": 1}
+    assert check_unreadable_rows(lost, n_read=10, max_share=0.2).status == "pass"
+    assert check_unreadable_rows(None, n_read=10).status == "pass"
+    assert check_unreadable_rows(None, n_read=0).status == "skip"
+
+
 def test_degenerate_passes_clean_pairs_and_skips_without_text():
     assert check_degenerate_pairs(pairs_of(("a good answer", "a bad answer"))).status == "pass"
     assert check_degenerate_pairs(pl.DataFrame({"id": ["x"], "chosen": ["a"]})).status == "skip"

@@ -74,9 +74,12 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
           log: Callable[[str], None] | None = None):
     """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult."""
     from prefdata.trainers.common import (
-        TrainResult, is_main_process, load_config_file, load_validated, parse_config, write_card,
+        TrainResult, check_base_model, is_main_process, load_config_file, load_validated, parse_config, write_card,
     )
 
+    # The data first, before the method, the config or the model load: a version that is not
+    # validated, or whose files or signed status fail verify, is refused at once (exit 1).
+    data = load_validated(dataset, store)  # one held-out split per version, whatever the training seed
     plugin = load(method)
     values = dict(config) if isinstance(config, dict) else load_config_file(config)
     if base_model is not None:
@@ -86,7 +89,7 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
-    data = load_validated(dataset, store)  # one held-out split per version, whatever the training seed
+    check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
     model_dir, metrics = plugin.run(cfg, data, output_dir, log or (lambda _msg: None))
     card = model_dir / "README.md"
     if is_main_process():  # under `accelerate launch`, rank 0 writes the card once

@@ -89,7 +89,7 @@ def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, 
         raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
     problems = st.verify(v.ref)
     if problems:
-        raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files changed after validation")
+        raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files or its signed status changed after validation")
     pairs = st.load(v.ref)
     columns = ["prompt", "chosen", "rejected"]
     split = pairs["split"].fill_null("train") if "split" in pairs.columns else None
@@ -193,6 +193,33 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UnusableInput(f"{path}: a trainer config is a mapping of field: value")
     return data
+
+
+def check_base_model(spec: str) -> None:
+    """Refuse, in one line (exit 2), a base model that cannot load, before any training starts: a
+    missing path, a folder or file that is not a saved model, a hub name that cannot be fetched."""
+    from transformers import AutoConfig
+
+    fix = ("give a model folder written by save_pretrained (config.json and weights; the demo world's "
+           "is printed by `prefdata world build`) or a hub model name")
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise UnusableInput(f"base model {spec} is a {'folder' if path.is_dir() else 'file'} without config.json, "
+                                f"not a model: {fix}")
+        try:
+            AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise UnusableInput(f"base model {spec}: its config.json cannot be read ({str(exc).splitlines()[0]}): {fix}") from None
+        return
+    # A hub id is "name" or "org/name"; anything else that does not exist is a path that is not there.
+    if path.is_absolute() or spec.startswith((".", "~")) or spec.count("/") > 1:
+        raise UnusableInput(f"base model {spec} not found: {fix}")
+    try:
+        AutoConfig.from_pretrained(spec)
+    except (OSError, ValueError) as exc:
+        raise UnusableInput(f"base model {spec!r} is no local folder and cannot be loaded from the hub "
+                            f"({str(exc).splitlines()[0]}): {fix}") from None
 
 
 def config_record(config: Any) -> dict[str, Any]:
@@ -387,7 +414,7 @@ def train_and_measure(method: str, trainer, tokenizer, output_dir: Path, mix: Mi
     train_seconds = timer.seconds()
     steps = trainer.state.global_step
     if guards is not None and guards.alarm:
-        raise GuardTripped(f"{method} stopped at step {steps}: {guards.alarm}")
+        raise GuardTripped(f"{method} stopped at step {steps}: {guards.alarm}", history=guards.history)
     ranks = finish(trainer, tokenizer, output_dir)
     history = [h for h in (guards.history if guards is not None else trainer.state.log_history) if "loss" in h]
     metrics: dict[str, Any] = {}
@@ -399,6 +426,10 @@ def train_and_measure(method: str, trainer, tokenizer, output_dir: Path, mix: Mi
                    seconds_per_step=round(train_seconds / max(steps, 1), 3))
     if final_keys:
         metrics["final"] = {k: history[-1][k] for k in final_keys if history and k in history[-1]}
+    if guards is not None and guards.warnings:  # advisories: the run went on; the card says what was seen
+        metrics["warnings"] = list(guards.warnings)
+        for warning in guards.warnings:
+            log(f"{method}: {warning}")
     if pool is not None:
         metrics["sft_mix"] = {"sources": mix.sft_sources, "ratio": mix.sft_ratio if pool else 0.0, "pool": len(pool)}
     metrics["log"] = history
@@ -437,6 +468,7 @@ def write_card(output_dir: Path, method: str, data: TrainingData, base_model: st
         f"# {method} from {data.ref}", "",
         f"Trained by prefdata `{method}` from the validated dataset version `{data.ref}` "
         f"(content hash `{data.content_hash}`), starting from `{base_model}`.", "",
+        *(["## Warnings", "", *[f"- {w}" for w in metrics.get("warnings", [])], ""] if metrics.get("warnings") else []),
         "```json", json.dumps(metrics, indent=2, default=str), "```", "",
     ]
     card = output_dir / "README.md"

@@ -15,9 +15,11 @@ from prefdata.errors import UnusableInput
 app = typer.Typer(help="Human labels in Argilla: a local server (up/down/status), users, push pairs, pull votes.",
                   no_args_is_help=True)
 
-DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Server folder [default: $PREFDATA_ARGILLA or .prefdata/argilla].")]
-UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Argilla URL [default: $ARGILLA_API_URL, else the local server's].")]
-KeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key [default: $ARGILLA_API_KEY, else the local owner's].")]
+# No "[default: ...]" in help texts: rich reads square brackets as markup and drops them, which
+# left "Argilla URL ." on the screen. Parentheses survive.
+DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Server folder (default: $PREFDATA_ARGILLA, else .prefdata/argilla).")]
+UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Argilla URL (default: $ARGILLA_API_URL, else the local server's).")]
+KeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key of an owner or workspace admin (default: $ARGILLA_API_KEY, else the local owner's).")]
 DatasetOpt = Annotated[str, typer.Option("--dataset", help="Argilla dataset name.")]
 WorkspaceOpt = Annotated[str, typer.Option("--workspace", help="Argilla workspace.")]
 
@@ -84,7 +86,7 @@ def status(workdir: DirOpt = None) -> int:
 @app.command("add-user")
 def add_user_cmd(
     username: Annotated[str, typer.Argument(help="Login name (lowercase letters, digits, - and _).")],
-    password: Annotated[Optional[str], typer.Option(help="Web UI password [default: a random one, printed].")] = None,
+    password: Annotated[Optional[str], typer.Option(help="Web UI password (default: a random one, printed).")] = None,
     role: Annotated[str, typer.Option(help="annotator, admin or owner.")] = "annotator",
     workspace: WorkspaceOpt = "prefdata",
     url: UrlOpt = None, api_key: KeyOpt = None, workdir: DirOpt = None,
@@ -101,15 +103,18 @@ def add_user_cmd(
     return 0
 
 
-def _read_rows(source: str):
-    """A table file with pair_id, prompt, response_a, response_b, or NAME@VERSION's comparisons."""
+def _read_rows(source: str, sample: int | None, seed: int):
+    """A table file with pair_id, prompt, response_a, response_b, or a label audit of NAME@VERSION's
+    pairs (chosen as response_a, rejected as response_b, label "a"); `sample` of them when given."""
     import polars as pl
+
+    from prefdata.argilla.audit import audit_rows, sample_rows
 
     path = Path(source)
     if not path.exists() and "@" in source:
         from prefdata.store import Store
 
-        return Store().load(source, config="comparisons")
+        return audit_rows(Store().load(source), sample, seed)
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     readers = {".parquet": pl.read_parquet, ".jsonl": pl.read_ndjson, ".ndjson": pl.read_ndjson,
                ".csv": pl.read_csv, ".json": pl.read_json}
@@ -118,19 +123,30 @@ def _read_rows(source: str):
     if suffix not in readers:
         raise UnusableInput(f"push: {source}: read .jsonl, .json, .parquet or .csv (a routing queue or "
                             "`prefdata import --format comparisons --out FILE` output)")
-    return readers[suffix](path)
+    try:
+        rows = readers[suffix](path)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:  # an empty or broken file is the user's to fix
+        what = "it is empty" if path.stat().st_size == 0 else " ".join(str(exc).split())[:200]
+        raise UnusableInput(f"push: cannot read {source}: {what}; it needs rows with pair_id, prompt, "
+                            "response_a, response_b") from None
+    if rows.height == 0:
+        raise UnusableInput(f"push: {source} has no rows; it needs rows with pair_id, prompt, response_a, response_b")
+    return sample_rows(rows, sample, seed) if "pair_id" in rows.columns else rows
 
 
 @app.command()
 def push(
     source: Annotated[str, typer.Argument(help="Pairs: a .jsonl/.parquet/.csv with pair_id, prompt, response_a, "
-                                               "response_b (a routing queue, an import's comparisons), or NAME@VERSION.")],
+                                               "response_b (a routing queue, an import's comparisons), or NAME@VERSION: "
+                                               "a label audit of its chosen/rejected pairs, sent blind.")],
     dataset: DatasetOpt, workspace: WorkspaceOpt = "prefdata",
     overlap: Annotated[int, typer.Option(help="Annotators who must submit each pair (TaskDistribution).")] = 1,
     card: Annotated[Optional[Path], typer.Option(help="Guideline document / dataset card: its Annotation guidelines, "
                                                       "Rubric and Edge cases become the dataset's guidelines.")] = None,
     suggestions: Annotated[bool, typer.Option(help="Show judge verdicts (judge_label) as suggestions.")] = True,
-    seed: Annotated[int, typer.Option(help="Seed of the per-pair A/B order.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the per-pair A/B order and of --sample.")] = 0,
+    sample: Annotated[Optional[int], typer.Option(help="Push only this many pairs, drawn by --seed (the same ones "
+                                                       "on every push; a larger sample extends a smaller one).")] = None,
     url: UrlOpt = None, api_key: KeyOpt = None, workdir: DirOpt = None,
 ) -> int:
     """Push pairs as records (pair id as record id; idempotent: a repeated or resumed push adds only what is missing)."""
@@ -143,8 +159,9 @@ def push(
         guidelines = guidelines_from_card(card.read_text(encoding="utf-8"))
         if guidelines is None:
             raise UnusableInput(f"push: --card {card} has no Annotation guidelines, Rubric or Edge cases section")
+    rows = _read_rows(source, sample, seed)  # before the server: a bad file is reported without one
     url, api_key = _connection(url, api_key, workdir)
-    result = push_pairs(_read_rows(source), url=url, api_key=api_key, dataset=dataset, workspace=workspace,
+    result = push_pairs(rows, url=url, api_key=api_key, dataset=dataset, workspace=workspace,
                         overlap=overlap, guidelines=guidelines, suggestions=suggestions, seed=seed, progress=True)
     _say(result.summary())
     _say(f"annotate at {url}/dataset/{result.dataset_id}/annotation-mode")
@@ -173,6 +190,11 @@ def pull(
     if votes.height:
         result = agreement(votes)
         _say(f"agreement: {result.status}: {result.message}")
+        if votes["label"].is_not_null().any():  # a label audit: do they uphold the dataset's own labels?
+            from prefdata.checks.agreement import check_label_audit
+
+            for audit in check_label_audit(votes.select("pair_id", "annotator", "vote", "label")):
+                _say(f"label audit: {audit.status}: {audit.message}")
         shown_first = votes.filter(votes["shown"] == "a").height
         ties = votes.filter(votes["vote"] == "tie").height
         _say(f"position: {shown_first} of {votes.height} votes chose the response shown as A ({ties} ties)")

@@ -29,7 +29,7 @@ def resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
 def argilla_errors(url: str, doing: str) -> Iterator[None]:
     """Turn the SDK's and httpx's exceptions into one line: what failed, where, what to do."""
     import httpx
-    from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError
+    from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ForbiddenError, NotFoundError
 
     try:
         yield
@@ -41,8 +41,10 @@ def argilla_errors(url: str, doing: str) -> Iterator[None]:
     except httpx.HTTPStatusError as exc:
         raise _status_error(doing, url, exc.response.status_code, exc.response.text) from None
     except ArgillaAPIError as exc:
-        status = getattr(exc, "status_code", None)
-        raise _status_error(doing, url, status, str(exc)) from None
+        # The SDK raises some of these itself, with its default status 500 (a ForbiddenError when an
+        # annotator creates a dataset): the class says what happened, not that number.
+        status = 403 if isinstance(exc, ForbiddenError) else 404 if isinstance(exc, NotFoundError) else None
+        raise _status_error(doing, url, status or getattr(exc, "status_code", None), str(exc)) from None
 
 
 def _status_error(doing: str, url: str, status: int | None, text: str) -> PrefdataError:
@@ -55,13 +57,23 @@ def _status_error(doing: str, url: str, status: int | None, text: str) -> Prefda
     return PrefdataError(f"{doing}: Argilla at {url} answered {status}: {detail}")
 
 
-def connect(url: str, api_key: str, doing: str):
-    """An `argilla.Argilla` client whose key has been checked against the server."""
+ADMIN_ROLES = ("owner", "admin")
+
+
+def connect(url: str, api_key: str, doing: str, roles: tuple[str, ...] = ADMIN_ROLES):
+    """An `argilla.Argilla` client whose key has been checked against the server, and whose user
+    has one of `roles` (push, pull and add-user need an owner or admin: say so before the server
+    refuses some request half-way with a less helpful answer)."""
     import argilla as rg
 
     with argilla_errors(url, doing):
         client = rg.Argilla(api_url=url, api_key=api_key, timeout=120)
-        client.me  # the SDK checks the key lazily on some paths: ask once, here
+        me = client.me  # the SDK checks the key lazily on some paths: ask once, here
+    role = getattr(me.role, "value", me.role)
+    if role not in roles:
+        raise PrefdataError(f"{doing}: this API key is {me.username!r}'s, who has the {role} role on {url}; "
+                            f"that needs an {' or '.join(roles)} key (the local server's owner key: "
+                            "`prefdata argilla status` says where it is)")
     return client
 
 
@@ -72,7 +84,7 @@ def add_user(*, url: str | None, api_key: str | None, username: str, password: s
     import argilla as rg
 
     url, api_key = resolve(url, api_key)
-    client = connect(url, api_key, "add user")
+    client = connect(url, api_key, "add user", roles=("owner",))
     http = client.http_client
     with argilla_errors(url, f"add user {username!r}"):
         ws = client.workspaces(workspace) or rg.Workspace(name=workspace, client=client).create()

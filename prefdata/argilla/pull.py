@@ -3,7 +3,9 @@
 One row per submitted response: pair_id (the record id), annotator (the Argilla username), vote
 (a/b/tie in terms of the pair's own response_a/response_b, mapped back through the order the
 record showed them in), rationale, time (when the response was last changed), plus shown (the
-letter the annotator clicked) and order (ab/ba), so position bias can be measured. Drafts and
+letter the annotator clicked) and order (ab/ba), so position bias can be measured, and label: the
+pushed row's own label in the same a/b/tie terms (null when it had none; "a" for a label audit of
+a version's pairs), which `prefdata check NAME@VERSION --votes` holds the votes against. Drafts and
 discarded responses are not votes and are left out.
 
 Annotators can read only their own queue: pulling needs an owner key, or an admin of the workspace.
@@ -23,6 +25,7 @@ from prefdata.errors import UnusableInput
 VOTES_SCHEMA = {
     "pair_id": pl.String, "annotator": pl.String, "vote": pl.String, "rationale": pl.String,
     "time": pl.Datetime("us", "UTC"), "shown": pl.String, "order": pl.String, "record_status": pl.String,
+    "label": pl.String,
 }
 
 
@@ -75,6 +78,7 @@ def _votes(record: dict, names: dict[str, str]) -> list[tuple]:
     metadata = record.get("metadata") or {}
     pair_id = record.get("external_id") or metadata.get("pair_id")
     order = metadata.get("order")
+    label = metadata.get("label") if metadata.get("label") in SHOWN["ab"] else None
     if order not in SHOWN:
         raise UnusableInput(f"pull: record {pair_id!r} has no recorded A/B order (metadata 'order'); "
                             "was the dataset pushed by prefdata?")
@@ -88,7 +92,7 @@ def _votes(record: dict, names: dict[str, str]) -> list[tuple]:
             continue  # a submitted response without a preference (the question is required: not expected)
         rationale = (values.get("rationale") or {}).get("value")
         out.append((pair_id, names.get(response["user_id"], response["user_id"]), SHOWN[order][shown],
-                    rationale or None, _time(response["updated_at"]), shown, order, record.get("status")))
+                    rationale or None, _time(response["updated_at"]), shown, order, record.get("status"), label))
     return out
 
 

@@ -8,7 +8,14 @@ suggestions when asked for; leave them off (suggestions=False) where the humans 
 judge (routing's audit share), or the judge anchors them.
 
 Pushing is idempotent on pair_id: pairs already in the dataset are skipped, so pushing twice, or
-again after a failure part-way, adds each missing record once and never a duplicate.
+again after a failure part-way, adds each missing record once and never a duplicate. Creating the
+dataset takes several requests (the dataset, each field, question and metadata property, then
+publishing it); a push cut off among them leaves an unpublished draft, which the next push
+recognises as its own (a draft holding nothing but prefdata's settings) and makes again.
+
+A row's `label` (a/b/tie, the dataset's own verdict in the row's terms: "a" for a version's pairs
+pushed as a label audit, where chosen is response_a) rides along in hidden metadata, so the pulled
+votes can be held against it (checks.agreement.check_label_audit).
 """
 
 from __future__ import annotations
@@ -93,6 +100,11 @@ def _check(row: dict, i: int) -> None:
                             "import the data first (`prefdata import`) so unusable rows are quarantined")
 
 
+FIELDS = ("prompt", "response_a", "response_b")
+QUESTIONS = ("preference", "rationale")
+METADATA = ("pair_id", "order", "sampler", "label", "category")
+
+
 def settings(guidelines: str | None, overlap: int):
     import argilla as rg
 
@@ -111,6 +123,7 @@ def settings(guidelines: str | None, overlap: int):
             rg.TermsMetadataProperty(name="pair_id", visible_for_annotators=False),
             rg.TermsMetadataProperty(name="order", visible_for_annotators=False),
             rg.TermsMetadataProperty(name="sampler", visible_for_annotators=False),
+            rg.TermsMetadataProperty(name="label", visible_for_annotators=False),  # blind: never shown
             rg.TermsMetadataProperty(name="category"),
         ],
         distribution=rg.TaskDistribution(min_submitted=overlap),
@@ -129,6 +142,8 @@ def _record(row: dict, seed: int, with_suggestion: bool):
         metadata["sampler"] = str(sampler)
     if row.get("category"):
         metadata["category"] = str(row["category"])
+    if row.get("label") in SHOWN["ab"]:
+        metadata["label"] = row["label"]
     suggestions = []
     if with_suggestion and row.get("judge_label") in SHOWN["ab"]:
         confidence = row.get("judge_confidence")
@@ -140,8 +155,20 @@ def _record(row: dict, seed: int, with_suggestion: bool):
                      metadata=metadata, suggestions=suggestions)
 
 
+def _half_made_by_us(dataset) -> bool:
+    """An unpublished draft with nothing but (some of) the settings push creates: a push that was
+    cut off while creating it. A draft cannot hold records yet, so making it again loses nothing."""
+    present = dataset.settings
+    return (dataset.api_model().status == "draft"
+            and {f.name for f in present.fields} <= set(FIELDS)
+            and {q.name for q in present.questions} <= set(QUESTIONS)
+            and {m.name for m in present.metadata} <= set(METADATA)
+            and not list(present.vectors))
+
+
 def _dataset(client, name: str, workspace: str, guidelines: str | None, overlap: int):
-    """The dataset, created (with its workspace) when absent; an existing one must match."""
+    """The dataset, created (with its workspace) when absent, or made again when an interrupted
+    push left it half-made; an existing one must match."""
     import argilla as rg
 
     if client.workspaces(workspace) is None:
@@ -149,12 +176,18 @@ def _dataset(client, name: str, workspace: str, guidelines: str | None, overlap:
     with warnings.catch_warnings():  # the SDK warns when the dataset is absent: here that is expected
         warnings.simplefilter("ignore")
         dataset = client.datasets(name=name, workspace=workspace)
+    if dataset is not None and _half_made_by_us(dataset):
+        dataset.delete()
+        dataset = None
     if dataset is None:
         return rg.Dataset(name=name, workspace=workspace, settings=settings(guidelines, overlap), client=client).create()
     names = {q.name for q in dataset.settings.questions}
     if "preference" not in names or {"prompt", "response_a", "response_b"} - {f.name for f in dataset.settings.fields}:
         raise UnusableInput(f"push: dataset {workspace}/{name} exists but was not made by prefdata "
                             "(no prompt/response_a/response_b fields or preference question); choose another --dataset")
+    if dataset.api_model().status != "ready":
+        raise UnusableInput(f"push: dataset {workspace}/{name} is an unpublished draft that was not made by prefdata "
+                            "(it has other settings); publish or delete it in Argilla, or choose another --dataset")
     existing = dataset.settings.distribution.min_submitted
     if existing != overlap:
         raise UnusableInput(f"push: dataset {workspace}/{name} exists with overlap {existing}, not {overlap}; "
@@ -203,6 +236,9 @@ def push_pairs(
     doing = f"push to {workspace}/{dataset}"
     with argilla_errors(url, doing):
         ds = _dataset(client, dataset, workspace, guidelines, overlap)
+        if any(row.get("label") in SHOWN["ab"] for row in rows) and "label" not in {m.name for m in ds.settings.metadata}:
+            raise UnusableInput(f"push: dataset {workspace}/{dataset} was made before prefdata kept each pair's label; "
+                                "push this label audit to a new --dataset")
         there = existing_pair_ids(client, ds.id)
         seen: set[str] = set()
         todo, already, repeated = [], 0, 0

@@ -12,6 +12,10 @@ Everything lives in one working folder ($PREFDATA_ARGILLA, default .prefdata/arg
     server.json    pid, port and URL of the running server
     server.log     the server's output
 
+The database holds every user's API key in plain text (Argilla's design), so the folder is its
+user's alone: 0700, its files 0600. The server and its CLI run with umask 077, and every `up`
+repairs the modes of a folder made before (or by hand with a looser umask).
+
 The server is stopped by its own pid, after checking that the pid is still our launcher (a pid
 can be reused by another program once ours has exited).
 """
@@ -132,14 +136,32 @@ class LocalArgilla:
         env.pop("PYTHONPATH", None)
         return env
 
+    def _make_private(self) -> None:
+        """The folder 0700 and the files of the server (home/ entirely) 0600: argilla.db holds the
+        users' API keys in plain text. The venv's files stay as they are (the folder shuts it)."""
+        if not self.workdir.is_dir():
+            return
+        self.workdir.chmod(0o700)
+        for path in self.workdir.iterdir():
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o600)
+        for folder in (self.home, self.tmp):
+            if folder.is_dir():
+                folder.chmod(0o700)
+        if self.home.is_dir():
+            for path in self.home.rglob("*"):
+                if not path.is_symlink():
+                    path.chmod(0o700 if path.is_dir() else 0o600)
+
     def _set_up_database(self, log: Callable[[str], None]) -> None:
         """Migrate the database and create the owner, with the server's own CLI, on first use."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         migrated = self.home / ".migrated"
         if not migrated.exists() or migrated.read_text() != SERVER_VERSION:
             log("setting up the database")
+            # umask 077: this creates argilla.db, which will hold the users' API keys
             _run([str(self.python), "-m", "argilla_server", "database", "migrate"], "migrate the database",
-                 env=self._env())
+                 env=self._env(), umask=0o077)
             migrated.write_text(SERVER_VERSION)
         if self._owner_path.exists():
             return
@@ -147,7 +169,7 @@ class LocalArgilla:
         _run([str(self.python), "-m", "argilla_server", "database", "users", "create", "--first-name", "Owner",
               "--username", owner["username"], "--password", owner["password"], "--role", "owner",
               "--api-key", owner["api_key"], "--workspace", DEFAULT_WORKSPACE],
-             "create the owner user", env=self._env())
+             "create the owner user", env=self._env(), umask=0o077)
         _write_private(self._owner_path, json.dumps(owner))
 
     # -- start, stop, status ----------------------------------------------------------------------
@@ -166,21 +188,24 @@ class LocalArgilla:
 
     def start(self, port: int = DEFAULT_PORT, timeout: float = 180.0, log: Callable[[str], None] = print) -> ServerInfo:
         """Start the server (building its environment on first use) and wait until it answers.
-        Returns the running one when it is already up."""
+        Returns the running one when it is already up. Either way the folder is made private."""
+        self._make_private()
         running = self.status()
         if running is not None:
             return running
         if not _port_free(self.host, port):
             raise PrefdataError(f"port {port} on {self.host} is in use: stop what holds it, or start with --port PORT")
         self.ensure_venv(log)
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._set_up_database(log)
+        self._make_private()
         url = f"http://{self.host}:{port}"
-        with open(self.log_path, "ab") as out:
+        with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
             process = subprocess.Popen([str(self.python), str(LAUNCHER), self.host, str(port)], env=self._env(),
                                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)  # survives the CLI; stopped by pid
-        self._state_path.write_text(json.dumps({"pid": process.pid, "url": url, "port": port}))
+                                       start_new_session=True,  # survives the CLI; stopped by pid
+                                       umask=0o077)  # the database, its WAL and tmp/: for this user only
+        _write_private(self._state_path, json.dumps({"pid": process.pid, "url": url, "port": port}))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -210,8 +235,8 @@ class LocalArgilla:
             _wait_gone(running.pid, 10.0)
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, umask: int = -1) -> None:
+    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, umask=umask)
     if result.returncode != 0:
         # the server CLI's own output may hold the key it was given: show only its error's last line
         tail = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
