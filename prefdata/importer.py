@@ -18,6 +18,8 @@ from prefdata.errors import UnusableInput
 from prefdata.formats import (
     CONVERTERS,
     FORMATS,
+    SCORE_COLUMNS,
+    Converted,
     RowRejected,
     detect_format,
     majority,
@@ -88,6 +90,8 @@ def _sha256(path: Path) -> str:
 
 
 def _cut(value: Any) -> Any:
+    if isinstance(value, bytes):  # a Parquet binary column: shown, not lost, in a JSON file
+        value = value.decode("utf-8", errors="backslashreplace")
     if isinstance(value, str) and len(value) > QUARANTINE_RAW_CHARS:
         return value[:QUARANTINE_RAW_CHARS] + f"... [{len(value)} chars]"
     if isinstance(value, dict):
@@ -99,7 +103,7 @@ def _cut(value: Any) -> Any:
 
 def _quarantine_entry(path: Path, row: RawRow, reason: str, detail: str) -> dict[str, Any]:
     return {"file": str(path), "row": row.number, "reason": reason, "detail": detail,
-            "raw": _cut(row.data) if row.data is not None else None}
+            "raw": _cut(row.data) if row.data is not None else row.text}
 
 
 def _too_large(data: dict[str, Any], limit: int) -> str | None:
@@ -115,7 +119,8 @@ def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFr
     present = {k for r in records for k in r}
     columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
     return pl.DataFrame(
-        {c: [r.get(c) for r in records] for c in columns}, schema={c: pl.String for c in columns}
+        {c: [r.get(c) for r in records] for c in columns},
+        schema={c: pl.Float64 if c in SCORE_COLUMNS else pl.String for c in columns},
     )
 
 
@@ -124,14 +129,20 @@ def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
     if not good:
         raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed)")
     columns = set().union(*(r.data.keys() for r in good[:1000]))
+    all_columns = set().union(*(r.data.keys() for r in good))
+    return check_format(path, fmt, columns, all_columns, good[0].data)
+
+
+def check_format(path: Path, fmt: str, columns: set[str], all_columns: set[str], sample: dict[str, Any]) -> str:
+    """The format (detected from the first rows' columns and the first row when "auto"), once the
+    file has the columns it needs; UnusableInput otherwise."""
     if fmt == "auto":
         try:
-            fmt = detect_format(columns, good[0].data)
+            fmt = detect_format(columns, sample)
         except ValueError as exc:
             raise UnusableInput(f"{path}: {exc}; pass --format with one of {', '.join(FORMATS[1:])}") from None
     elif fmt not in CONVERTERS:
         raise UnusableInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    all_columns = set().union(*(r.data.keys() for r in good))
     for alternatives in required_columns(fmt):
         if not all_columns.intersection(alternatives):
             raise UnusableInput(
@@ -139,6 +150,14 @@ def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
                 f"needed by format {fmt!r} (columns: {', '.join(sorted(all_columns))})"
             )
     return fmt
+
+
+def convert_row(data: dict[str, Any], convert: Callable[[dict[str, Any]], Converted], max_text_bytes: int) -> Converted:
+    """One parsed row as a record (its `id` None when the source has none); RowRejected says why not."""
+    big = _too_large(data, max_text_bytes)
+    if big:
+        raise RowRejected(f"text_too_large:{big}", f"over {max_text_bytes} bytes (--max-text-bytes)")
+    return convert(data)
 
 
 def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]]) -> tuple[list[dict], int]:
@@ -184,7 +203,31 @@ def import_file(
     votes: str | Path | None = None,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     track: Track | None = None,
+    columnar: bool = True,
+    aggregate: str = "majority",
 ) -> ImportResult:
+    """Import a file. Parquet in the `trl` format goes through the columnar path (prefdata.columnar:
+    the same rows, ids, reasons and row numbers, at a small multiple of a plain read); every other
+    file, or `columnar=False`, goes row by row, the reference the columnar path is tested against."""
+    path = Path(src)
+    if columnar:
+        from prefdata.columnar import convert_columnar
+
+        done = convert_columnar(path, fmt, max_text_bytes)
+        if done is not None:
+            return _finish(path, done.format, done.pairs, [], [], done.quarantine, done.read, votes)
+    return import_rows(path, fmt, votes, max_text_bytes, track, aggregate)
+
+
+def import_rows(
+    src: str | Path,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+    aggregate: str = "majority",
+) -> ImportResult:
+    """The row-by-row import: every row through its format's converter, in order."""
     path = Path(src)
     rows = list(read_rows(path))
     fmt = _choose_format(path, rows, fmt)
@@ -197,10 +240,7 @@ def import_file(
             quarantine.append(_quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
         try:
-            big = _too_large(row.data, max_text_bytes)
-            if big:
-                raise RowRejected(f"text_too_large:{big}", f"over {max_text_bytes} bytes (--max-text-bytes)")
-            item = convert(row.data)
+            item = convert_row(row.data, convert, max_text_bytes)
             record = item.record
             content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
             if record["id"] is None:
@@ -219,32 +259,48 @@ def import_file(
             continue
         converted.append(item)
 
-    pairs = [c.record for c in converted if c.kind == "pair"]
+    pairs = _frame([c.record for c in converted if c.kind == "pair"], PAIR_COLUMNS)
     comparisons = [c.record for c in converted if c.kind == "comparison"]
     vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
+    return _finish(path, fmt, pairs, comparisons, vote_rows, quarantine, len(rows), votes, aggregate)
+
+
+def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[str, Any]],
+            vote_rows: list[dict[str, Any]], quarantine: list[dict[str, Any]], read: int,
+            votes: str | Path | None, aggregate: str = "majority") -> ImportResult:
+    """Votes, majority labels and the counts, from the kept rows of either path."""
     data_quarantined = len(quarantine)
+    kept = pairs.height + len(comparisons)
+    if read != kept + data_quarantined:
+        raise RuntimeError(f"import counts do not reconcile: read {read} != kept {kept} + quarantined {data_quarantined}")
     votes_read = len(vote_rows)
     if votes is not None:
-        long_votes, votes_read_long = _read_votes(Path(votes), set(content_by_id), quarantine)
+        known = set(pairs["id"].to_list()) | {c["id"] for c in comparisons}
+        long_votes, votes_read_long = _read_votes(Path(votes), known, quarantine)
         vote_rows.extend(long_votes)
         votes_read += votes_read_long
     if comparisons:
         by_pair: dict[str, list[str]] = {}
         for v in vote_rows:
             by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+        # --aggregate dawid-skene: votes weighted by each annotator's estimated quality (checks/agreement.py)
+        if aggregate == "dawid-skene":
+            from prefdata.checks.agreement import dawid_skene_labels
+
+            estimated = dawid_skene_labels(vote_rows)
         for record in comparisons:
             if record["id"] in by_pair:  # votes decide; a label column only counts without votes
-                record["label"] = majority(by_pair[record["id"]])
-        pairs.extend(p for p in map(resolve, comparisons) if p is not None)
+                record["label"] = estimated[record["id"]] if aggregate == "dawid-skene" else majority(by_pair[record["id"]])
+        resolved = [p for p in map(resolve, comparisons) if p is not None]
+        pairs = _frame(pairs.to_dicts() + resolved, PAIR_COLUMNS)
 
-    kept = len(converted)
     result = ImportResult(
         format=fmt,
-        pairs=_frame(pairs, PAIR_COLUMNS),
+        pairs=pairs,
         comparisons=_frame(comparisons, COMPARISON_COLUMNS) if comparisons else None,
         votes=_frame(vote_rows, VOTE_COLUMNS) if vote_rows else None,
         quarantine=quarantine,
-        read=len(rows),
+        read=read,
         kept=kept,
         quarantined=data_quarantined,
         votes_read=votes_read,
@@ -253,8 +309,8 @@ def import_file(
         sources=[{"path": str(path), "sha256": _sha256(path), "role": "data", "format": fmt}]
         + ([{"path": str(votes), "sha256": _sha256(Path(votes)), "role": "votes"}] if votes else []),
     )
-    assert result.read == result.kept + result.quarantined, "import counts do not reconcile"
-    assert result.votes_read == result.votes_kept + result.votes_quarantined, "vote counts do not reconcile"
+    if result.votes_read != result.votes_kept + result.votes_quarantined:
+        raise RuntimeError(f"vote counts do not reconcile: {result.summary()}")
     return result
 
 

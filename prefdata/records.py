@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import unicodedata
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -102,21 +103,25 @@ def normalise_series(texts: pl.Series) -> pl.Series:
 
     s = texts.cast(pl.String).fill_null("")
     non_ascii = s.str.len_bytes() != s.str.len_chars()
+    # ASCII text only needs lower-casing: the fold table's keys are all non-ASCII, so running it on
+    # every row (most of the time on real text) would change nothing.
+    folded = s.str.to_lowercase()
     if non_ascii.any():
         rows = non_ascii.arg_true()
-        s = s.scatter(rows, s.gather(rows).str.normalize("NFKC"))
-    return s.to_frame("t").select(_fold_and_collapse(pl.col("t"))).to_series().alias(texts.name)
+        keys, fixes = _case_fold_fixes()
+        folded = folded.scatter(rows, s.gather(rows).str.normalize("NFKC").str.to_lowercase().str.replace_many(keys, fixes))
+    return folded.to_frame("t").select(_collapse(pl.col("t"))).to_series().alias(texts.name)
 
 
 def _fold_and_collapse(expr: pl.Expr) -> pl.Expr:
     """Case folding and whitespace, on text already in NFKC."""
     keys, folded = _case_fold_fixes()
-    return (
-        expr.str.to_lowercase()
-        .str.replace_many(keys, folded)
-        .str.replace_all(_WHITESPACE_RUN, " ")
-        .str.strip_chars(" ")
-    )
+    return _collapse(expr.str.to_lowercase().str.replace_many(keys, folded))
+
+
+def _collapse(expr: pl.Expr) -> pl.Expr:
+    """Whitespace runs to one plain space, stripped."""
+    return expr.str.replace_all(_WHITESPACE_RUN, " ").str.strip_chars(" ")
 
 
 def _digest(*parts: str) -> str:
@@ -142,3 +147,23 @@ def pair_id_for(prompt_key: str, response_1: str, response_2: str) -> str:
     duplicates for `checks.dedup`)."""
     first, second = sorted((normalise_text(response_1), normalise_text(response_2)))
     return _digest(prompt_key, first, second)
+
+
+# A sampled response before it is paired: what prefdata.sampling's backends return and
+# prefdata.pairing turns into comparison rows. It carries what the checklist's `same_policy` item
+# needs: the model, its revision, the sampling params and the backend.
+@dataclass(frozen=True)
+class Candidate:
+    prompt: str
+    text: str
+    model: str                   # the path or name the backend loaded
+    model_revision: str | None   # hub commit, "sha256:..." of a local checkpoint, or the server's fingerprint
+    params: dict                 # SamplingParams.as_dict() of the call
+    sampler: str                 # "transformers" | "openai" | "vllm"
+    index: int                   # 0..n-1 within its prompt
+    finish_reason: str | None = None  # "stop" (eos or stop string) or "length"
+    request_seed: int | None = None   # the per-request seed, for backends that take one per request
+
+    @property
+    def policy(self) -> str:
+        return f"{self.model}@{self.model_revision}" if self.model_revision else self.model

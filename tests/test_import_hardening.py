@@ -43,9 +43,11 @@ def test_a_deeply_nested_jsonl_row_is_quarantined_and_the_rest_imports(tmp_path,
     assert (result.read, result.kept, result.quarantined) == (3, 2, 1)
 
 
-def test_a_deeply_nested_element_of_a_json_array_is_quarantined(tmp_path):
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_deeply_nested_element_of_a_json_array_is_quarantined(tmp_path, wrapped):
     src = tmp_path / "deep.json"
-    src.write_text("[" + ", ".join([json.dumps(GOOD), DEEP, json.dumps({**GOOD, "rejected": "6"})]) + "]")
+    array = "[" + ", ".join([json.dumps(GOOD), DEEP, json.dumps({**GOOD, "rejected": "6"})]) + "]"
+    src.write_text('{"version": 1, "data": ' + array + "}" if wrapped else array)
     result = import_file(src)
     assert reasons(result) == {2: "too_deep"}
     assert result.pairs["rejected"].to_list() == ["5", "6"]

@@ -1,0 +1,203 @@
+"""The columnar import gives exactly what the row-by-row reference gives: kept rows, ids, quarantine
+reasons, details and row numbers (issue 11)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from prefdata.columnar import convert_columnar, digests
+from prefdata.importer import import_file, import_rows
+from prefdata.records import _digest, pair_id, prompt_id
+
+
+def assert_same_import(path: Path, *, columnar_runs: bool = True, **options) -> None:
+    if columnar_runs:  # the file is one the columnar path takes, not one it hands back
+        assert convert_columnar(path, options.get("fmt", "auto"), options.get("max_text_bytes", 1 << 20)) is not None
+    fast, reference = import_file(path, **options), import_rows(path, **options)
+    assert_frame_equal(fast.pairs, reference.pairs)
+    assert fast.quarantine == reference.quarantine
+    assert fast.summary() == reference.summary()
+    assert fast.sources == reference.sources
+
+
+UNICODE = ["Straße", "STRASSE", "İstanbul", "ıi", "ＦＵＬＬ width", "café", "cafe\u0301", "ﬁne", "ΣΑΣ", "a\u3000b",
+           "x\x1cy", "\u00a0lead", "emoji 🙂", "日本語のテキスト"]
+
+
+def faulty_rows() -> list[dict]:
+    rows = []
+    for i, text in enumerate(UNICODE):  # the normaliser's hard cases, in every text field
+        rows.append({"prompt": f"{text} q{i % 5}", "chosen": f"{text} good", "rejected": f"bad {i}"})
+        rows.append({"prompt": f"  {text.upper()}   q{i % 5} ", "chosen": f"{text} GOOD", "rejected": f"BAD  {i}"})
+    rows += [
+        {"prompt": "", "chosen": "a", "rejected": "b"},                 # empty prompt
+        {"prompt": "   \t", "chosen": "a", "rejected": "b"},            # blank prompt
+        {"prompt": "\u3000\u2003", "chosen": "a", "rejected": "b"},     # blank in Unicode spaces only
+        {"prompt": "\x1c\x1d", "chosen": "a", "rejected": "b"},         # Python's str.strip counts these
+        {"prompt": "\u200b", "chosen": "a", "rejected": "b"},           # zero-width space: not blank
+        {"prompt": None, "chosen": "a", "rejected": "b"},               # missing
+        {"prompt": "p", "chosen": None, "rejected": "b"},
+        {"prompt": "p", "chosen": "", "rejected": "b"},                 # empty response: kept
+        {"prompt": "p", "chosen": "same", "rejected": "same"},          # identical
+        {"prompt": "p", "chosen": "Same", "rejected": "same"},          # differ in case only: kept
+        {"prompt": "p", "chosen": "x" * 3000, "rejected": "b"},         # too large (max_text_bytes 2048)
+        {"prompt": "p", "chosen": "é" * 1500, "rejected": "b"},         # 3000 bytes in 1500 characters
+        {"prompt": "p", "chosen": "a", "rejected": "b", "split": "../x"},
+        {"prompt": "p", "chosen": "a", "rejected": "c", "split": "train\n"},  # Python's `$` lets this pass
+        {"prompt": "p", "chosen": "a", "rejected": "d", "split": "test"},
+        {"prompt": "p", "chosen": "a", "rejected": "e", "score_chosen": float("inf")},
+        {"prompt": "p", "chosen": "a", "rejected": "f", "score_chosen": float("nan"), "score_rejected": 2.0},
+    ]
+    rows += [{"prompt": "dup", "chosen": "a", "rejected": "b"}] * 3  # repeats: numbered ids
+    rows += [{"prompt": "DUP ", "chosen": "A", "rejected": "b"}]     # the same pair after normalising
+    return rows
+
+
+def write(rows: list[dict], path: Path, **columns) -> Path:
+    frame = pl.DataFrame(rows, schema={"prompt": pl.String, "chosen": pl.String, "rejected": pl.String,
+                                       "split": pl.String, "score_chosen": pl.Float64, "score_rejected": pl.Float64})
+    frame.with_columns(**{k: pl.Series(v) for k, v in columns.items()}).write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("chunk", [100_000, 7])
+def test_faults_without_ids(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr("prefdata.columnar.ID_CHUNK", chunk)  # 7: ids computed over many slices
+    rows = faulty_rows()
+    path = write(rows, tmp_path / "faults.parquet", category=[f"c{i % 3}" if i % 4 else None for i in range(len(rows))])
+    assert_same_import(path, max_text_bytes=2048)
+    result = import_file(path, max_text_bytes=2048)
+    assert set(result.reasons) == {"empty_text:prompt", "missing_field:prompt", "missing_field:chosen",
+                                   "identical_responses", "text_too_large:chosen", "invalid_split",
+                                   "wrong_type:score_chosen"}
+    ids = result.pairs["id"].to_list()
+    base = pair_id("dup", "a", "b")
+    assert ids[-4:] == [base, f"{base}-2", f"{base}-3", f"{base}-4"]
+
+
+def test_faults_with_source_ids_repeats_and_conflicts(tmp_path):
+    rows = faulty_rows()
+    ids = [f"r{i}" for i in range(len(rows))]
+    ids[3] = ids[1]          # same id, other content: conflict
+    ids[-1] = ids[-2]        # same id, the same content after normalising but not as written: conflict
+    ids[-3] = ids[-4]        # same id, same content: both kept
+    path = write(rows, tmp_path / "ids.parquet", id=ids)
+    assert_same_import(path, max_text_bytes=2048)
+    assert import_file(path, max_text_bytes=2048).reasons["duplicate_id_conflict"] == 2
+
+
+def test_integer_ids_and_a_blank_id_fall_back_or_match(tmp_path):
+    rows = [{"prompt": f"q{i}", "chosen": "a", "rejected": f"b{i}"} for i in range(4)]
+    assert_same_import(write(rows, tmp_path / "int.parquet", id=[10, 11, 11, 12]))
+    # a blank id is no id: with others present the row path settles it (the columnar path steps aside)
+    mixed = write(rows, tmp_path / "mixed.parquet", id=["a", " ", "c", "d"])
+    assert convert_columnar(mixed, "auto", 1 << 20) is None
+    assert_same_import(mixed, columnar_runs=False)
+
+
+def test_wrong_type_columns(tmp_path):
+    pl.DataFrame({"prompt": ["a", "b"], "chosen": [1, None], "rejected": ["x", "y"],
+                  "score_chosen": [1, 2]}).write_parquet(tmp_path / "ints.parquet")
+    assert_same_import(tmp_path / "ints.parquet")
+    assert import_file(tmp_path / "ints.parquet").reasons == {"wrong_type:chosen": 1, "missing_field:chosen": 1}
+
+
+def test_hh_rlhf_and_pandalm_pairs_as_trl_parquet(tmp_path, shared_data):
+    """Real text (HH's red-team dialogues, PandaLM's multilingual answers) through both paths."""
+    hh = import_rows(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
+    hh.pairs.select("prompt", "chosen", "rejected").write_parquet(tmp_path / "hh.parquet")
+    assert_same_import(tmp_path / "hh.parquet")
+    pandalm = import_rows(shared_data / "pandalm" / "testset-v1.json")
+    pandalm.pairs.select("id", "prompt", "chosen", "rejected", "chosen_model", "rejected_model") \
+        .write_parquet(tmp_path / "pandalm.parquet")
+    assert_same_import(tmp_path / "pandalm.parquet")
+    # and the ids are the ones the row path gave the original files
+    assert import_file(tmp_path / "hh.parquet").pairs["pair_id"].to_list() == hh.pairs["pair_id"].to_list()
+
+
+def test_hh_rlhf_transcripts_as_parquet(tmp_path, shared_data):
+    rows = [json.loads(line) for line in gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt")]
+    rows += [
+        {"chosen": "\n\nHuman: hi\n\nAssistant: a", "rejected": "\n\nHuman: hi\n\nAssistant: a"},   # identical
+        {"chosen": "\n\nHuman: hi\n\nAssistant: a", "rejected": "\n\nHuman: bye\n\nAssistant: b"},  # no shared prompt
+        {"chosen": "\n\nHuman: hi\n\nAssistant: a", "rejected": "\n\nHuman: hi\n\nAssistant:a"},   # identical once split
+        {"chosen": "  ", "rejected": "\n\nHuman: hi\n\nAssistant: b"},                               # blank transcript
+        {"chosen": None, "rejected": "\n\nHuman: hi\n\nAssistant: b"},
+    ]
+    pl.DataFrame(rows, schema={"chosen": pl.String, "rejected": pl.String}).write_parquet(tmp_path / "hh.parquet")
+    assert_same_import(tmp_path / "hh.parquet")
+    result = import_file(tmp_path / "hh.parquet")
+    assert result.format == "hh-rlhf" and result.kept == 2312
+    assert result.reasons == {"identical_responses": 2, "hh_no_shared_prompt": 1, "empty_text:chosen": 1,
+                              "missing_field:chosen": 1}
+
+
+def test_files_the_columnar_path_leaves_to_the_row_path(tmp_path, shared_data):
+    rows = [{"prompt": "q", "chosen": "a", "rejected": "b", "model": "m"}]
+    pl.DataFrame(rows).write_parquet(tmp_path / "model.parquet")
+    (tmp_path / "d.parquet.gz").write_bytes(gzip.compress((tmp_path / "model.parquet").read_bytes()))
+    (tmp_path / "d.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    for name in ("model.parquet", "d.parquet.gz", "d.jsonl"):
+        assert convert_columnar(tmp_path / name, "auto", 1 << 20) is None
+        assert_same_import(tmp_path / name, columnar_runs=False)
+
+
+def test_bad_utf8_in_a_parquet_text_column_goes_row_by_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    chosen = pa.Array.from_buffers(pa.string(), 3, [None, pa.py_buffer(b"\0\0\0\0\1\0\0\0\3\0\0\0\4\0\0\0"),
+                                                    pa.py_buffer(b"x\xffyz")])
+    pq.write_table(pa.table({"prompt": ["a", "b", "c"], "chosen": chosen, "rejected": ["r", "s", "t"]}),
+                   tmp_path / "bad.parquet")
+    assert convert_columnar(tmp_path / "bad.parquet", "auto", 1 << 20) is None  # polars refuses the column
+    assert_same_import(tmp_path / "bad.parquet", columnar_runs=False)
+    assert import_file(tmp_path / "bad.parquet").reasons == {"invalid_utf8": 1}
+
+
+def test_vectorised_digests_are_records_digests():
+    texts = pl.Series(["", "a", "é", "日本", "x" * 10_000])
+    assert digests(texts).to_list() == [_digest(t) for t in texts]
+    assert digests(texts, texts.reverse()).to_list() == [_digest(a, b) for a, b in zip(texts, texts.reverse())]
+    assert digests(pl.Series(["2+2?"])).to_list() == [prompt_id("2+2?")]  # already normal text
+
+
+def test_votes_with_a_columnar_import(tmp_path):
+    rows = [{"id": "p1", "prompt": "q", "chosen": "a", "rejected": "b"}]
+    pl.DataFrame(rows).write_parquet(tmp_path / "d.parquet")
+    (tmp_path / "v.csv").write_text("pair_id,annotator,vote\np1,ann,a\nnope,ann,b\n")
+    fast = import_file(tmp_path / "d.parquet", votes=tmp_path / "v.csv")
+    reference = import_rows(tmp_path / "d.parquet", votes=tmp_path / "v.csv")
+    assert fast.quarantine == reference.quarantine and fast.summary() == reference.summary()
+    assert_frame_equal(fast.votes, reference.votes)
+
+
+@pytest.mark.parametrize("fmt", ["trl", "auto"])
+def test_forced_format(tmp_path, fmt):
+    rows = [{"prompt": "q", "chosen": "a", "rejected": "b"}]
+    pl.DataFrame(rows).write_parquet(tmp_path / "d.parquet")
+    assert_same_import(tmp_path / "d.parquet", fmt=fmt)
+
+
+@pytest.mark.parametrize(("column", "values", "dtype"), [
+    ("score_chosen", [1.1, float("inf")], pl.Float32),
+    ("score_chosen", [2**63 + 1, 3], pl.UInt64),      # floats as Python's float(int) rounds them
+    ("score_chosen", [None, None], pl.Null),
+    ("category", [1, None], pl.Int8),                 # an integer category is its decimal text
+    ("prompt", [1.5, None], pl.Decimal(5, 2)),        # not text: wrong_type / missing
+    ("score_chosen", [1.5, None], pl.Decimal(5, 2)),  # left to the row path (parse_score refuses Decimal)
+])
+def test_column_types(tmp_path, column, values, dtype):
+    from decimal import Decimal
+
+    if dtype == pl.Decimal(5, 2):
+        values = [None if v is None else Decimal(str(v)) for v in values]
+    frame = pl.DataFrame({"prompt": ["a", "b"], "chosen": ["x", "y"], "rejected": ["r", "s"]})
+    frame.with_columns(pl.Series(column, values, dtype=dtype)).write_parquet(tmp_path / "t.parquet")
+    assert_same_import(tmp_path / "t.parquet", columnar_runs=not (column == "score_chosen" and dtype == pl.Decimal(5, 2)))
