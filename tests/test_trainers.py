@@ -120,6 +120,18 @@ def test_unknown_method_and_config_key_are_one_line(dataset, world, tmp_path):
     assert out.returncode == 2 and "unknown key(s) ['learning_rat']" in out.stderr and "learning_rate" in out.stderr
 
 
+def test_a_base_model_that_is_not_a_model_is_one_line_exit_2(dataset, tmp_path):
+    """Issue 12 item 14: a missing path or a folder without a model ended in exit 3 (internal error)."""
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "readme.txt").write_text("no model here")
+    for base, needle in (("/nonexistent/model", "/nonexistent/model not found"),
+                         (str(not_a_model), f"{not_a_model} is a folder without config.json")):
+        out = cli("train", "dpo", "--dataset", dataset["ref"], "--base-model", base, store=Path(dataset["store"]))
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip().count("\n") == 0 and needle in out.stderr and "save_pretrained" in out.stderr, out.stderr
+
+
 # -- each method, a few real steps ----------------------------------------------------------------------
 
 
@@ -182,7 +194,25 @@ def test_rm_trains_a_scorer_that_checks_and_grpo_can_use(dataset, world, tmp_pat
                    base_model=world.sft, output_dir=tmp_path / "rm")
     model = AutoModelForSequenceClassification.from_pretrained(result.model_dir)
     assert model.config.num_labels == 1
-    assert 0.0 <= result.metrics["heldout_pairwise_accuracy"] <= 1.0
+    accuracy = result.metrics["heldout_pairwise_accuracy"]
+    assert 0.0 <= accuracy <= 1.0
+    # Held-out pairs are scored in the layout the model was trained on (prompt + completion + eos), the
+    # one PPO's scorer uses: the reported accuracy is the share of pairs that scorer ranks right.
+    import torch
+
+    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.ppo import RewardModelScorer
+
+    held = load_validated(dataset["ref"], dataset["store"]).eval
+    scorer = RewardModelScorer(result.model_dir, torch.device("cpu"))
+    chosen = scorer([p["prompt"] for p in held], [p["chosen"] for p in held])
+    rejected = scorer([p["prompt"] for p in held], [p["rejected"] for p in held])
+    assert accuracy == sum(c > r for c, r in zip(chosen, rejected)) / len(held)
+    # At or below chance the run says so, in the metrics and on the card.
+    warned = "warnings" in result.metrics
+    assert warned == (accuracy <= 0.5)
+    if warned:
+        assert "at or below chance" in result.metrics["warnings"][0] and "## Warnings" in result.card.read_text()
     assert len(result.metrics["log"]) == 3 and all("loss" in row for row in result.metrics["log"])
     # The label-direction check takes it as an independent scorer.
     check = cli("check", dataset["ref"], "--scorer", f"rm:{result.model_dir}", "--json", str(tmp_path / "r.json"),
@@ -196,6 +226,20 @@ def test_rm_trains_a_scorer_that_checks_and_grpo_can_use(dataset, world, tmp_pat
     grpo = train("grpo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "g")
     [row] = grpo.metrics["log"]
     assert "rewards/rule_verify/mean" in row and any(k.startswith("rewards/") and "rule" not in k for k in row), row
+
+
+def test_rm_chance_warning_names_the_usual_causes(tmp_path):
+    from prefdata.trainers.common import TrainingData, write_card
+    from prefdata.trainers.rm import chance_warning
+
+    assert chance_warning(0.51, 30, 240) is None and chance_warning(None, 0, 240) is None
+    for accuracy in (0.5, 0.296):
+        line = chance_warning(accuracy, 27, 243)
+        assert "at or below chance" in line and "too few pairs (243" in line and "too small" in line and "noisy labels" in line
+    data = TrainingData("x@1", "1", {}, [], [], [])
+    card = write_card(tmp_path, "rm", data, "base", {}, {"warnings": [chance_warning(0.3, 27, 243)]})
+    assert "## Warnings" in card.read_text() and "at or below chance" in card.read_text()
+    assert "at or below chance" in json.loads((tmp_path / "prefdata_train.json").read_text())["metrics"]["warnings"][0]
 
 
 # -- DPO's math: our reading of TRL's loss, on the same inputs --------------------------------------------
@@ -349,3 +393,75 @@ def test_ppo_trains_from_a_validated_version(dataset, world, tmp_path):
     with pytest.raises(UnusableInput, match="use_lora must stay true"):
         train("ppo", dataset["ref"], {**config, "use_lora": False}, store=dataset["store"], base_model=world.sft,
               output_dir=tmp_path / "ppo2")
+
+
+# -- README's training commands, run as written ----------------------------------------------------------
+
+
+def readme_training_block() -> list[str]:
+    """The lines of README's training block (the ```bash block after <!-- training-commands -->)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    if "<!-- training-commands -->" not in text:
+        raise AssertionError("README.md lost its <!-- training-commands --> block")
+    code = text.split("<!-- training-commands -->", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line for line in code.strip().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def readme_train_commands() -> dict[str, str]:
+    return {line.split()[2]: line for line in readme_training_block() if line.startswith("prefdata train ")}
+
+
+def demo_layout(root: Path, store: str, general: str) -> Path:
+    """What `make demo` leaves for README's commands: .prefdata/demo/store and general_sft.jsonl, run
+    from a checkout (docs/examples)."""
+    import shutil
+
+    demo = root / ".prefdata" / "demo"
+    demo.mkdir(parents=True)
+    shutil.copytree(store, demo / "store")
+    shutil.copy(general, demo / "general_sft.jsonl")
+    (root / "docs").symlink_to(REPO / "docs")
+    return root
+
+
+def test_readme_training_commands_use_the_example_configs():
+    commands = readme_train_commands()
+    assert set(commands) == {"rm", "dpo", "grpo", "ppo", "sft"}
+    for method, line in commands.items():
+        config = line.split("--config")[1].split()[0]
+        assert config == f"docs/examples/train-{method}.yaml" and (REPO / config).is_file()
+
+
+def test_readme_dpo_command_runs_as_written(dataset, world, tmp_path):
+    """The README's DPO line, word for word, on a tiny validated version laid out as the demo leaves it
+    (DATA and SFT, which README takes from the demo, point at the tiny version and model)."""
+    root = demo_layout(tmp_path, dataset["store"], dataset["general"])
+    setup = [line for line in readme_training_block()
+             if not line.startswith("prefdata train ") and not line.startswith(("DATA=", "SFT="))]
+    script = "\n".join(["set -euo pipefail", *setup, readme_train_commands()["dpo"]])
+    env = {**os.environ, "DATA": dataset["ref"], "SFT": str(world.sft),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PREFDATA_STORE", None)
+    out = subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    card = json.loads(next((root / ".prefdata" / "runs").glob("dpo-*/prefdata_train.json")).read_text())
+    assert card["dataset"] == dataset["ref"] and card["config"]["general_sft"] == ".prefdata/demo/general_sft.jsonl"
+    assert "warnings" not in card["metrics"] and card["metrics"]["steps"] == 100  # the defaults ran, no guard fired
+
+
+@pytest.mark.slow
+def test_readme_training_block_runs_as_written_after_the_demo(tmp_path):
+    """The whole block, every method with its defaults, after a real `prefdata demo` in the same folder:
+    the done-when of issue 16 (each trains without a guard firing)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PREFDATA_STORE", None)
+    (tmp_path / "docs").symlink_to(REPO / "docs")
+    demo = subprocess.run([sys.executable, "-m", "prefdata", "demo", "--out", ".prefdata/demo"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    script = "\n".join(["set -euo pipefail", *readme_training_block()])
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=3600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for method in ("rm", "dpo", "grpo", "ppo", "sft"):  # exit 0: no guard stopped any of them
+        card = json.loads(next((tmp_path / ".prefdata" / "runs").glob(f"{method}-*/prefdata_train.json")).read_text())
+        assert card["method"] == method and card["metrics"]["steps"] > 0

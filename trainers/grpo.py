@@ -78,7 +78,7 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
     prompts = sorted({row["prompt"] for row in data.train})
-    guards = guard_callback(defaults("grpo") if cfg.guards else [])
+    guards = guard_callback(defaults("grpo", cfg.rewards) if cfg.guards else [])
     pool = sft_pool(cfg, data)
     trainer_cls = with_sft_mix(GRPOTrainer) if pool and cfg.sft_ratio > 0 else GRPOTrainer
     cfg.output_dir = str(output_dir / "trainer")

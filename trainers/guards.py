@@ -3,7 +3,11 @@
 Each guard reads the history of logged steps (dicts of metric -> value) and returns a message when
 its symptom shows, else None. `GuardCallback` runs them after every log of a transformers Trainer
 and stops training; `step_guard` does the same for the PPO loop. The run then ends with
-GuardTripped (exit 1), whose message says what the symptom means and what to change.
+GuardTripped (exit 1), whose message says what the symptom means and what to change. A guard may
+instead return an Advisory (KLCollapse when every reward is a rule verifier): logged and recorded on
+the card while the run goes on. Every level is a mean over a window of logs, and the thresholds are
+held against the logged histories of real healthy and provoked runs on the demo version
+(tests/fixtures/guards/, recorded by bench/guard_fixtures.py).
 
     symptom (seed)                                   guard
     KL collapses toward 0 while reward climbs        kl_collapse      the policy is hacking the reward
@@ -26,7 +30,12 @@ Guard = Callable[[History], "str | None"]
 
 
 class GuardTripped(GateFailed):
-    """A guard stopped training; the message says why and what to change."""
+    """A guard stopped training; the message says why and what to change. `history` holds the logged
+    steps the guards saw, up to the one that fired (bench/guard_fixtures.py records it)."""
+
+    def __init__(self, message: str, history: Sequence[dict] = ()) -> None:
+        super().__init__(message)
+        self.history = list(history)
 
 
 def _series(history: History, *keys: str) -> list[float]:
@@ -40,26 +49,53 @@ def _series(history: History, *keys: str) -> list[float]:
     return out
 
 
+class Advisory(str):
+    """A guard's finding that does not stop the run: logged once and recorded on the model card."""
+
+
+def _rolling_means(values: list[float], window: int) -> list[float]:
+    return [mean(values[i:i + window]) for i in range(len(values) - window + 1)]
+
+
 @dataclass(frozen=True)
 class KLCollapse:
-    """KL fell below `ratio` x its early level while the reward rose: seed pitfall 1 (0.05 -> 0.005)."""
+    """KL fell to below `ratio` x its peak while the reward surged: seed pitfall 1 ("KL 0.05 -> 0.005
+    while an RM's reward shoots up"). Every level is a mean over `window` logs, so one noisy log
+    neither makes nor breaks it. The KL must have reached `min_peak_kl` (a run that never left the
+    reference cannot collapse), and the reward must have risen by at least `min_rise` AND by
+    `min_rel_rise` x its early level: a drift of a few hundredths is noise, not a surge.
+
+    With `hackable` False (only rule/verifier rewards) it returns an Advisory instead of stopping:
+    an exact verifier cannot be gamed, so a rising verified reward with a falling KL is the policy
+    settling on right answers, not hacking."""
 
     window: int = 5
     ratio: float = 0.1
-    min_early_kl: float = 1e-3  # below this the run never left the reference; nothing can collapse
+    min_peak_kl: float = 0.02
+    min_rise: float = 0.1
+    min_rel_rise: float = 0.25
+    hackable: bool = True
     kl_keys: tuple = ("kl", "objective/kl")
     reward_keys: tuple = ("reward", "reward_mean", "objective/scores")
 
     def __call__(self, history: History) -> str | None:
         kl, reward = _series(history, *self.kl_keys), _series(history, *self.reward_keys)
-        if len(kl) < 3 * self.window or len(reward) < 3 * self.window:
+        w = self.window
+        if len(kl) < 3 * w or len(reward) < 3 * w:
             return None
-        early_kl, late_kl = max(kl[self.window:2 * self.window]), mean(kl[-self.window:])
-        early_r, late_r = mean(reward[:self.window]), mean(reward[-self.window:])
-        if early_kl >= self.min_early_kl and late_kl < self.ratio * early_kl and late_r > early_r:
-            return (f"KL collapsed from {early_kl:.4g} to {late_kl:.4g} while the reward rose {early_r:.3g} -> "
-                    f"{late_r:.3g}: the policy is hacking the reward; double the KL coefficient (beta)")
-        return None
+        peak_kl, late_kl = max(_rolling_means(kl[:-w], w)), mean(kl[-w:])
+        early_r, late_r = mean(reward[:w]), mean(reward[-w:])
+        rise = late_r - early_r
+        surged = rise >= self.min_rise and rise >= self.min_rel_rise * abs(early_r)
+        if not (peak_kl >= self.min_peak_kl and late_kl < self.ratio * peak_kl and surged):
+            return None
+        what = (f"KL collapsed from {peak_kl:.4g} to {late_kl:.4g} (means over {w} logs) while the reward rose "
+                f"{early_r:.3g} -> {late_r:.3g}")
+        if not self.hackable:
+            return Advisory(f"warning: {what}; not stopping: the only rewards are rule verifiers, which a policy "
+                            f"cannot hack, so this is the policy settling on verified answers; check the held-out "
+                            f"evaluation")
+        return f"{what}: the policy is hacking the reward; double the KL coefficient (beta)"
 
 
 @dataclass(frozen=True)
@@ -80,20 +116,28 @@ class KLAbove:
 
 @dataclass(frozen=True)
 class FlippedLabels:
-    """DPO: the chosen reward mean stays below the rejected one once training is under way."""
+    """DPO: the chosen reward stays below the rejected one, clearly, once training is under way: below by
+    more than `min_margin` on average and on every one of the last `window` logs (one noisy batch, or a
+    margin a hair under zero in the first steps, is not a symptom).
+
+    What it can see: DPO fits the labels it is given, so on a wholly flipped version the margins of the
+    training batches grow positive like a healthy run's (tests/fixtures/guards/dpo_flipped_labels.json);
+    a wholesale flip is the data check's to catch (`prefdata check --scorer ...`: label_direction). It
+    fires when the run cannot make the labels' side win: labels at odds with each other or the model."""
 
     window: int = 5
     skip: int = 2  # the first steps sit at zero margin by construction
+    min_margin: float = 0.01  # DPO rewards are beta x log-ratios: 0.01 is a tenth of a nat at beta 0.1
 
     def __call__(self, history: History) -> str | None:
         chosen, rejected = _series(history, "rewards/chosen"), _series(history, "rewards/rejected")
         if len(chosen) < self.skip + self.window:
             return None
-        margin = mean(c - r for c, r in zip(chosen[-self.window:], rejected[-self.window:]))
-        if margin < 0 and all(c < r for c, r in zip(chosen[-self.window:], rejected[-self.window:])):
+        margins = [c - r for c, r in zip(chosen[-self.window:], rejected[-self.window:])]
+        if mean(margins) < -self.min_margin and all(m < 0 for m in margins):
             return (f"DPO's chosen reward mean is below the rejected one over the last {self.window} logs "
-                    f"(margin {margin:.3g}): the labels look flipped; stop and check the label direction "
-                    f"(`prefdata check` runs label_direction)")
+                    f"(margin {mean(margins):.3g}): the run cannot make the labelled side win; the labels look "
+                    f"flipped (`prefdata check` runs label_direction) or the learning rate is too high to follow them")
         return None
 
 
@@ -133,38 +177,64 @@ class FlatAdvantages:
         return None
 
 
-def defaults(method: str) -> list[Guard]:
-    common = [KLAbove()]
+def hackable(rewards: Sequence[str] | None) -> bool:
+    """Whether a policy could game the rewards: a learned reward (rm:PATH) can be, a rule verifier
+    (rule:module:function) cannot. Unknown rewards (None) count as hackable."""
+    return rewards is None or any(not str(r).startswith("rule:") for r in rewards)
+
+
+def defaults(method: str, rewards: Sequence[str] | None = None) -> list[Guard]:
+    collapse = KLCollapse(hackable=hackable(rewards))
     return {
         "dpo": [FlippedLabels(), ChosenCollapse()],
-        "grpo": common + [KLCollapse(), FlatAdvantages()],
-        "ppo": [KLCollapse()],  # PPO's own max_kl bound stops a run whose KL runs away (trainers/ppo.py)
+        "grpo": [KLAbove(), collapse, FlatAdvantages()],
+        "ppo": [collapse],  # PPO's own max_kl bound stops a run whose KL runs away (trainers/ppo.py)
     }.get(method, [])
 
 
 def first_alarm(guards: Sequence[Guard], history: History) -> str | None:
+    """The first finding that stops the run (an Advisory does not)."""
     for guard in guards:
         message = guard(history)
-        if message:
+        if message and not isinstance(message, Advisory):
             return message
     return None
 
 
+class _Watch:
+    """Runs the guards over a growing history: `alarm` is the first stopping finding, `warnings` the
+    first Advisory of each guard (one line per guard, not one per log)."""
+
+    def __init__(self, guards: Sequence[Guard]) -> None:
+        self.guards, self.history, self.alarm, self.warnings = list(guards), [], None, []
+        self._warned: set[int] = set()
+
+    def add(self, row: dict) -> str | None:
+        self.history.append(dict(row))
+        for i, guard in enumerate(self.guards):
+            message = guard(self.history)
+            if isinstance(message, Advisory):
+                if i not in self._warned:
+                    self._warned.add(i)
+                    self.warnings.append(f"step {len(self.history)}: {message}")
+            elif message and self.alarm is None:
+                self.alarm = message
+        return self.alarm
+
+
 def guard_callback(guards: Sequence[Guard]):
     """A transformers TrainerCallback that records every log and stops training when a guard fires;
-    the plugin raises GuardTripped(callback.alarm) after `train()` returns."""
+    the plugin raises GuardTripped(callback.alarm) after `train()` returns. Advisories collect in
+    `callback.warnings` for the card."""
     from transformers import TrainerCallback
 
-    class GuardCallback(TrainerCallback):
+    class GuardCallback(TrainerCallback, _Watch):
         def __init__(self) -> None:
-            self.history: list[dict] = []
-            self.alarm: str | None = None
+            _Watch.__init__(self, guards)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "train_runtime" not in logs:  # the summary log at the end is not a step
-                self.history.append(dict(logs))
-                self.alarm = self.alarm or first_alarm(guards, self.history)
-                if self.alarm:
+                if self.add(logs):
                     control.should_training_stop = True
             return control
 
@@ -172,13 +242,13 @@ def guard_callback(guards: Sequence[Guard]):
 
 
 def step_guard(guards: Sequence[Guard]):
-    """For loops of our own (PPO): call with (step, metrics); raises GuardTripped when a guard fires."""
-    history: list[dict] = []
+    """For loops of our own (PPO): call with (step, metrics); raises GuardTripped when a guard fires.
+    The returned callable keeps `history` and `warnings` (Advisories) as attributes."""
+    watch = _Watch(guards)
 
     def check(step: int, metrics: dict) -> None:
-        history.append(dict(metrics))
-        message = first_alarm(guards, history)
-        if message:
-            raise GuardTripped(f"step {step}: {message}")
+        if watch.add(metrics):
+            raise GuardTripped(f"step {step}: {watch.alarm}", history=watch.history)
 
+    check.history, check.warnings = watch.history, watch.warnings
     return check

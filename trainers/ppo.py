@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from prefdata.errors import GateFailed
+from prefdata.trainers.guards import GuardTripped
 
 Reward = Callable[[list[str], list[str]], list[float]]
 
 
-class KLBoundExceeded(GateFailed):
-    """The run's KL went above `max_kl`: the policy left the reference."""
+class KLBoundExceeded(GuardTripped):
+    """The run's KL went above `max_kl`: the policy left the reference (exit 1, like every guard)."""
 
 
 @dataclass
@@ -390,7 +390,7 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
             cb(step, metrics)
         if config.max_kl is not None and kl > config.max_kl:
             raise KLBoundExceeded(f"step {step}: KL {kl:.3g} nats per response is above max_kl {config.max_kl:g}; "
-                                  f"lower lr, or raise init_kl_coef / lower target_kl")
+                                  f"lower lr, or raise init_kl_coef / lower target_kl", history=history)
     return history
 
 
@@ -475,7 +475,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     pool = sft_pool(cfg, data) if cfg.sft_ratio > 0 else []
     if not cfg.guards:
         cfg.max_kl = None
-    callbacks = [step_guard(defaults("ppo"))] if cfg.guards else []
+    callbacks = [step_guard(defaults("ppo", cfg.rewards))] if cfg.guards else []
     result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks, log=log)
     after = evaluate_model(output_dir, cfg, data)
     log(f"ppo: after {after}")
@@ -490,6 +490,11 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
         "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
         "log": history,
     }
+    warnings = [w for cb in callbacks for w in cb.warnings]
+    if warnings:  # advisories: the run went on; the card says what was seen
+        metrics["warnings"] = warnings
+        for warning in warnings:
+            log(f"ppo: {warning}")
     return Path(output_dir), metrics
 
 
