@@ -202,6 +202,99 @@ def majority_agreement(votes: pl.DataFrame) -> dict[str, float]:
     return {str(a): float(s) for a, s in sorted(per.iter_rows())}
 
 
+# -- annotator quality: Dawid & Skene (1979) -------------------------------------------------------------
+
+# Flag an annotator whose quality is clearly below the rest: below the median quality by more than
+# this, or below this floor. 0.5 is a coin between "a" and "b" (a voter at random over a/b gets
+# about 0.5 by accuracy-equivalent); 0.2 under the median separates a careless voter from honest
+# disagreement (PandaLM's three humans lie within 0.03 of each other).
+DEFAULT_MAX_QUALITY_GAP = 0.2
+DEFAULT_MIN_ANNOTATOR_QUALITY = 0.5
+# Too few votes make a quality estimate noise: no flag below this many.
+DEFAULT_MIN_ANNOTATOR_VOTES = 10
+DS_MAX_ITERATIONS = 500
+DS_TOLERANCE = 1e-4  # on any pair's posterior: EM crawls near a rare class (ties), so not tighter
+_DS_SMOOTHING = 0.01  # pseudo-count per confusion cell: a class an annotator never saw stays defined
+
+
+def dawid_skene(votes: pl.DataFrame, max_iterations: int = DS_MAX_ITERATIONS,
+                tolerance: float = DS_TOLERANCE) -> dict[str, Any]:
+    """Each annotator's confusion matrix and each pair's label posterior, by EM (Dawid & Skene 1979,
+    "Maximum likelihood estimation of observer error-rates using the EM algorithm"; the model behind
+    cleanlab's multi-annotator scores, the field's anchor for annotator quality).
+
+    The classes are the distinct votes (a, b and tie: a tie is a third class, not missing). The
+    start is deterministic: each pair's share of votes per class (soft majority vote). EM stops when
+    no posterior moves by more than `tolerance`, or after `max_iterations`.
+
+    Returns classes, pair_ids, annotators, labels (pair -> most probable class), posteriors
+    (pairs x classes), quality (annotator -> sum over classes of prior x P(votes the class | it is
+    true): the accuracy the annotator would have against the true labels), n_votes, iterations.
+    """
+    votes = votes.select("pair_id", "annotator", pl.col("vote").cast(pl.String)).drop_nulls("vote")
+    classes = sorted(votes["vote"].unique().to_list())
+    annotators = sorted(votes["annotator"].unique().to_list())
+    pair_ids = sorted(votes["pair_id"].unique().to_list())
+    item = votes["pair_id"].replace_strict(pair_ids, list(range(len(pair_ids)))).to_numpy()
+    who = votes["annotator"].replace_strict(annotators, list(range(len(annotators)))).to_numpy()
+    said = votes["vote"].replace_strict(classes, list(range(len(classes)))).to_numpy()
+    n_items, n_classes, n_annotators = len(pair_ids), len(classes), len(annotators)
+
+    posterior = np.zeros((n_items, n_classes))
+    np.add.at(posterior, (item, said), 1.0)
+    posterior /= posterior.sum(axis=1, keepdims=True)
+    iterations = 0
+    for iterations in range(1, max_iterations + 1):
+        # M-step: class priors and every annotator's confusion matrix (true class x vote)
+        prior = posterior.mean(axis=0)
+        confusion = np.full((n_annotators, n_classes, n_classes), _DS_SMOOTHING)
+        np.add.at(confusion, (who, slice(None), said), posterior[item])
+        confusion /= confusion.sum(axis=2, keepdims=True)
+        # E-step: each pair's posterior over true classes given all its votes
+        log_post = np.tile(np.log(np.maximum(prior, 1e-12)), (n_items, 1))
+        np.add.at(log_post, item, np.log(confusion[who, :, said]))
+        log_post -= log_post.max(axis=1, keepdims=True)
+        updated = np.exp(log_post)
+        updated /= updated.sum(axis=1, keepdims=True)
+        moved = float(np.abs(updated - posterior).max())
+        posterior = updated
+        if moved < tolerance:
+            break
+    prior = posterior.mean(axis=0)
+    quality = {str(a): float(prior @ np.diag(confusion[j])) for j, a in enumerate(annotators)}
+    return {
+        "classes": classes, "pair_ids": pair_ids, "annotators": [str(a) for a in annotators],
+        "labels": {p: classes[k] for p, k in zip(pair_ids, posterior.argmax(axis=1).tolist())},
+        "posteriors": posterior, "quality": quality,
+        "n_votes": {str(a): int(n) for a, n in zip(annotators, np.bincount(who, minlength=n_annotators))},
+        "iterations": iterations,
+    }
+
+
+def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP,
+                      min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
+                      min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES) -> list[dict[str, Any]]:
+    """[{annotator, quality, n_votes, flagged}] by Dawid-Skene quality. Flagged: at least
+    `min_annotator_votes` votes and a quality below `min_annotator_quality`, or more than
+    `max_quality_gap` below the median quality of all annotators."""
+    model = dawid_skene(votes)
+    median = float(np.median(list(model["quality"].values())))
+    return [
+        {"annotator": a, "quality": round(q, 4), "n_votes": model["n_votes"][a],
+         "flagged": model["n_votes"][a] >= min_annotator_votes
+                    and (q < min_annotator_quality or q < median - max_quality_gap)}
+        for a, q in model["quality"].items()
+    ]
+
+
+def dawid_skene_labels(votes: list[dict[str, Any]]) -> dict[Any, str]:
+    """pair_id -> the Dawid-Skene label, from long votes as dicts (the importer's `--aggregate dawid-skene`)."""
+    if not votes:
+        return {}
+    return dawid_skene(pl.DataFrame(votes, schema={"pair_id": pl.String, "annotator": pl.String,
+                                                   "vote": pl.String}))["labels"]
+
+
 def pairwise_cohen_kappa(votes: pl.DataFrame) -> dict[str, float | None]:
     """Unweighted Cohen's kappa for every two annotators on the pairs both voted on, keyed "a1|a2".
     None where it is undefined (no shared pairs, or only one label used between them)."""
@@ -220,9 +313,13 @@ def disagreeing_pairs(votes: pl.DataFrame) -> list[Any]:
 
 
 def check_agreement(
-    votes: pl.DataFrame | None, threshold: float = DEFAULT_THRESHOLD, level: str = "nominal"
+    votes: pl.DataFrame | None, threshold: float = DEFAULT_THRESHOLD, level: str = "nominal",
+    max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP, min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
+    min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES,
 ) -> CheckResult:
-    """Krippendorff's alpha over pairs with >= 2 votes; fails below `threshold`.
+    """Krippendorff's alpha over pairs with >= 2 votes; fails below `threshold`. Each annotator's
+    Dawid-Skene quality goes in details["annotators"] (`annotator_quality`: who is flagged and why);
+    a flag is named in the message but does not fail the check by itself.
 
     Fleiss' kappa needs the same number of raters on every unit, so it is computed over the pairs
     with the most common number of votes (the larger number when two are equally common).
@@ -243,10 +340,13 @@ def check_agreement(
     fleiss = fleiss_kappa(counts)
     offending = tuple(str(p) for p in disagreeing_pairs(votes))
     status = "fail" if alpha < threshold else "pass"
+    quality = annotator_quality(votes, max_quality_gap, min_annotator_quality, min_annotator_votes)
+    flagged = [q["annotator"] for q in quality if q["flagged"]]
     message = (
         f"Krippendorff's alpha ({level}) {alpha:.3f} over {pairable.shape[1]} pairs by "
         f"{len(annotators)} annotators ({'below' if status == 'fail' else 'at or above'} "
         f"{threshold}); {len(offending)} pairs with disagreement"
+        + (f"; low-quality annotator(s): {', '.join(flagged)}" if flagged else "")
     )
     return CheckResult(
         CHECK_ID, status, metric=alpha, threshold=threshold, offending=offending, message=message,
@@ -257,6 +357,7 @@ def check_agreement(
             "fleiss_n_raters": int(modal),
             "cohen_kappa": pairwise_cohen_kappa(votes),
             "majority_agreement": majority_agreement(votes),
+            "annotators": quality,
             "n_pairs": int(pairable.shape[1]),
             "n_annotators": len(annotators),
             "n_offending": len(offending),

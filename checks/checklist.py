@@ -35,6 +35,7 @@ class CheckInputs:
     docs_dir: Path | None = None                # where GX writes its Data Docs
     lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
     rows_read: int | None = None                # rows read from them (default: the pairs given)
+    tokenizer: Any = None                       # the trainer's tokenizer, loaded (--tokenizer): template_fit
 
 
 def lost_for(inputs: CheckInputs, check_id: str) -> pl.DataFrame | None:
@@ -95,6 +96,9 @@ RANGES: dict[tuple[str, str], Range] = {
     ("length_ratio", "max_ratio"): LENGTH_RATIO,
     ("length_ratio", "max_violation_share"): SHARE,
     ("agreement", "threshold"): Range(-1, 1),     # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
+    ("agreement", "max_quality_gap"): SHARE,      # Dawid-Skene qualities are accuracies
+    ("agreement", "min_annotator_quality"): SHARE,
+    ("agreement", "min_annotator_votes"): COUNT,
     ("safety", "max_flagged_share"): SHARE,
     ("safety", "score_threshold"): SHARE,         # a classifier's score
     ("category_coverage", "min_share"): SHARE,
@@ -118,6 +122,8 @@ RANGES: dict[tuple[str, str], Range] = {
     ("gx", "max_text_chars"): POSITIVE,
     ("gx", "min_rows"): COUNT,
     ("unreadable_rows", "max_share"): SHARE,
+    ("template_fit", "max_length"): POSITIVE,
+    ("template_fit", "max_offending_share"): SHARE,
 }
 
 
@@ -131,7 +137,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
 
 def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], dict[str, Any]]]]:
     """check id -> (function, how to bind its data arguments). Imported here, not at module load."""
-    from prefdata.checks import agreement, content, dedup, direction, gx_suite, isolation, structure
+    from prefdata.checks import agreement, content, dedup, direction, gx_suite, isolation, structure, template_fit
 
     def train_and_eval(i: CheckInputs) -> dict[str, Any]:
         train, held_out = isolation.split_train_eval(i.pairs)
@@ -162,6 +168,7 @@ def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], d
                             lambda i: {"lost": lost_for(i, "unreadable_rows"),
                                        "n_read": i.rows_read if i.rows_read is not None else i.pairs.height}),
         "gx": (gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir}),
+        "template_fit": (template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer}),
     }
 
 

@@ -161,6 +161,8 @@ def plots_for(inputs, results) -> dict[str, Any]:
         plots["max_length_ratio"] = by_id["length_ratio"].details.get("max_ratio", 2.0)
     if "agreement" in by_id and by_id["agreement"].details.get("majority_agreement"):
         plots["annotator_agreement"] = by_id["agreement"].details["majority_agreement"]
+    if "agreement" in by_id and by_id["agreement"].details.get("annotators"):
+        plots["annotator_quality"] = {a["annotator"]: a["quality"] for a in by_id["agreement"].details["annotators"]}
     if "category_coverage" in by_id and by_id["category_coverage"].details.get("share"):
         plots["category_shares"] = {k: v for k, v in by_id["category_coverage"].details["share"].items() if k != "other"}
         plots["min_category_share"] = by_id["category_coverage"].threshold

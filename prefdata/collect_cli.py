@@ -1,0 +1,136 @@
+"""`prefdata collect`: a prompts file, a policy and a judge in, a draft dataset version out.
+
+A thin command over the collect flow (prefdata/flows/collect.py): it turns three specs into the
+flow's parameters (prefdata/flows/params.py) and runs it, with its caching and resume: a rerun with
+the same prompts, policy and judge takes every sampled and judged chunk from --cache-dir. Only
+typer at import; Prefect, torch and the flow load inside the command (`prefdata --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from prefdata.errors import UnusableInput
+
+JUDGE_SPECS = "llm:MODEL@URL[:TEMPLATE], rm:PATH or rule:module:function"
+# MODEL@URL[:TEMPLATE]: a template name is NAME-vN and starts with a letter, so it never reads as a port.
+_LLM = re.compile(r"^(?P<model>.+)@(?P<url>https?://.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
+
+
+def judge_params(spec: str) -> dict[str, Any]:
+    """A judge spec -> the collect flow's Judge fields; UnusableInput (one line) for a bad spec."""
+    kind, sep, target = spec.partition(":")
+    if not sep or not target or kind not in ("llm", "rm", "rule"):
+        raise UnusableInput(f"--judge {spec!r}: use {JUDGE_SPECS}")
+    if kind == "llm":
+        found = _LLM.match(target)
+        if not found:
+            raise UnusableInput(f"--judge {spec!r}: use llm:MODEL@http://HOST:PORT/v1 (optionally :TEMPLATE-vN)")
+        from prefdata.judging import Template
+
+        template = found["template"] or "pairwise-v1"
+        Template.load(template)  # an unknown template: one line naming the known ones
+        return {"kind": "llm", "model": found["model"], "base_url": found["url"], "template": template}
+    if kind == "rm":
+        if not Path(target).is_dir():
+            raise UnusableInput(f"--judge {spec!r}: {target} is not a reward-model folder")
+        return {"kind": "reward_model", "model": str(Path(target).resolve())}
+    from prefdata.collection import import_target
+
+    import_target(target)  # the loader the flow uses: fail here, before anything is sampled
+    return {"kind": "verifier", "verifier": target}
+
+
+def policy_params(policy: str, model: str | None) -> dict[str, Any]:
+    """--policy PATH (a local model folder, sampled in process) or URL (an OpenAI-compatible server
+    serving --model)."""
+    if policy.startswith(("http://", "https://")):
+        if not model:
+            raise UnusableInput(f"--policy {policy}: a server needs --model, the model name it serves")
+        return {"model": model, "base_url": policy}
+    if model:
+        raise UnusableInput("--model names a server's model: give it with --policy URL, not a folder")
+    if not Path(policy).is_dir():
+        raise UnusableInput(f"--policy {policy}: not a model folder (or an http(s):// URL)")
+    return {"model": str(Path(policy).resolve())}
+
+
+def collect_command(
+    prompts: Annotated[Path, typer.Option(help="Prompts: .txt (one a line) or a table with a prompt column.")],
+    policy: Annotated[str, typer.Option(help="A local model folder, or an OpenAI-compatible URL (with --model).")],
+    judge: Annotated[str, typer.Option(help=f"{JUDGE_SPECS}.")],
+    name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
+    humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
+                                             "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
+    model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
+    n: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all).", min=1)] = None,
+    candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per candidate.")] = 256,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    cache_dir: Annotated[Path, typer.Option(help="Where sampled and judged chunks persist: a rerun resumes from them.")]
+    = Path(".prefdata/cache"),
+    queue_dir: Annotated[Path, typer.Option(help="Where the human queue is written (NAME.jsonl).")] = Path(".prefdata/queues"),
+    argilla_url: Annotated[str, typer.Option(help="--humans argilla: the server (API key in $ARGILLA_API_KEY).")]
+    = "http://127.0.0.1:6900",
+    guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")] = None,
+) -> int:
+    """Sample candidates from a policy, pair and judge them, route the doubtful share to humans, and
+    store a draft version: the collect flow in one command, cached and resumable."""
+    from prefdata.cli import _console
+
+    say = _console().print
+    if humans not in ("queue", "argilla"):
+        raise UnusableInput(f"--humans {humans!r}: choose queue or argilla")
+    if not prompts.is_file():
+        raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line) or a table with a prompt column")
+    judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
+    # as the demo does: Prefect's ephemeral server may need more than 20 s on two busy cores, and its
+    # per-task INFO lines would bury the stage lines below
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from pydantic import ValidationError
+
+    from prefdata.flows.params import Argilla, Engine, Humans, Judge, Policy, Prompts
+    from prefdata.store import check_name
+
+    check_name(name)
+    try:
+        params = dict(
+            prompts=Prompts(source=str(prompts), n=n),
+            policy=Policy(**policy_fields, candidates=candidates, max_new_tokens=max_new_tokens,
+                          temperature=temperature, seed=seed),
+            judge=Judge(**judge_fields),
+            humans=Humans(queue_dir=str(queue_dir),
+                          argilla=Argilla(url=argilla_url, dataset=name) if humans == "argilla" else None),
+            engine=Engine(cache_dir=str(cache_dir)),
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise UnusableInput(f"{'.'.join(map(str, error['loc'])) or 'collect'}: {error['msg']}") from None
+    from prefdata.flows.collect import collect
+
+    say(f"collect: prompts {prompts}, policy {policy_fields['model']}"
+        f"{' at ' + policy_fields['base_url'] if 'base_url' in policy_fields else ''}, judge {judge}, "
+        f"humans {humans}; cache {cache_dir}")
+    say("sample + judge: running (finished chunks come from the cache)...")
+    result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
+    verdicts = result["judge"]
+    say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
+    say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")
+    say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}")
+    say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes'].items()) or 'nothing'}")
+    say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
+    say(f"draft: {result['version']}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0
