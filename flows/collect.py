@@ -272,7 +272,8 @@ def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: di
 @flow(name="collect", description="Sample, pair, judge, route, gather votes; store a draft dataset version.")
 def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy: Policy = Policy(),
             judge: Judge = Judge(), routing: Routing = Routing(), humans: Humans = Humans(),
-            engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None) -> dict:
+            engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None,
+            parent: str | None = None) -> dict:
     from prefect.runtime import flow_run
 
     from prefdata.gate import read_text
@@ -310,11 +311,11 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         "prompts": len(groups), "candidates": sum(map(len, groups)), "comparisons": len(comparisons),
         "prompts_without_pair": len(groups) - len({c["prompt_id"] for c in comparisons}),
         "judge": {k: getattr(report, k) for k in ("n", "decided", "undecided", "consistent", "inconsistent",
-                                                  "unparseable", "errors")},
+                                                  "unparseable", "errors", "first_position_rate")},
         "routes": route_counts(routed), "queued": len(queue), "votes": len(votes),
     }
     lineage = {
-        "parent": None,
+        "parent": parent,  # the version this one follows (e.g. the previous round, whose model sampled it)
         "sources": [{"path": prompts.source, "role": "prompts", "n": len(prompt_list),
                      "sha256": hashlib.sha256("\n".join(prompt_list).encode()).hexdigest()}],
         "flow_run": {"flow": "collect", "id": str(flow_run.id), "name": flow_run.name},

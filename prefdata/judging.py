@@ -16,11 +16,12 @@ summarises a run: counts and the position-consistency rate.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -52,7 +53,7 @@ class Verdict:
     pair_id: str
     label: str | None          # "a" | "b" | "tie"; None = undecided, never a preference
     confidence: float | None   # of the label; None when undecided
-    reason: str                # consistent | position_inconsistent | unparseable | error | margin | verifier | both_pass ...
+    reason: str                # consistent | position_inconsistent | unparseable | no_match | error | margin | verifier | both_pass ...
     judge: str                 # "llm-pairwise" | "reward-model" | "rule"
     judge_model: str
     template: str | None = None
@@ -90,16 +91,22 @@ class JudgeReport:
     template: str | None = None
     template_version: str | None = None
     seconds: float | None = None
+    first_position_rate: float | None = None  # LLM: share of parsed A/B replies naming the first-shown response
 
     @classmethod
     def from_verdicts(cls, verdicts: list[Verdict], seconds: float | None = None) -> "JudgeReport":
         count = lambda reason: sum(v.reason == reason for v in verdicts)  # noqa: E731
         consistent, inconsistent = count("consistent"), count("position_inconsistent")
         first = verdicts[0] if verdicts else None
+        # votes are mapped back to the original sides: the first order said "A" for "a", the swapped one for "b".
+        replies = [(vote, shown_first) for v in verdicts if len(v.votes) == 2
+                   for vote, shown_first in zip(v.votes, ("a", "b")) if vote in ("a", "b")]
+        said_first = sum(vote == shown_first for vote, shown_first in replies)
         return cls(len(verdicts), sum(not v.undecided for v in verdicts), sum(v.undecided for v in verdicts),
                    consistent, inconsistent, count("unparseable"), count("error"),
                    consistent / (consistent + inconsistent) if consistent + inconsistent else None,
-                   first and first.judge_model, first and first.template, first and first.template_version, seconds)
+                   first and first.judge_model, first and first.template, first and first.template_version, seconds,
+                   said_first / len(replies) if replies else None)
 
     def summary(self) -> str:
         rate = "n/a" if self.consistency_rate is None else f"{self.consistency_rate:.3f}"
@@ -120,6 +127,9 @@ class Template:
         ... {prompt} ... {response_a} ... {response_b} ...
         === verdict ===            (optional; default: the [[A]] / [[B]] / [[tie]] markers)
         a regular expression whose one group captures A, B or tie
+        or: reference: REGEX       reference-guided (MT-Bench): the judge answers the problem itself;
+                                   REGEX's group captures its answer, and the verdict names the one
+                                   response whose own REGEX capture equals it; neither or both: None
 
     The verdict pattern lives with the prompt because the prompt is what asks for that format.
     """
@@ -130,6 +140,7 @@ class Template:
     system: str
     user: str
     verdict: re.Pattern = _MARKER
+    reference: bool = False  # the verdict pattern captures the judge's own answer, not A/B
 
     @classmethod
     def load(cls, name: str) -> "Template":
@@ -142,18 +153,35 @@ class Template:
         version = re.search(r"-v(\d+)$", name)
         if not found or not version:
             raise UnusableInput(f"{path}: a judge template is named NAME-vN and holds '=== system ===' then '=== user ==='")
-        verdict = _MARKER
+        verdict, reference = _MARKER, False
         if found.group(3) is not None:
+            source = found.group(3).strip()
+            if source.startswith("reference:"):
+                reference, source = True, source[len("reference:"):].strip()
             try:
-                verdict = re.compile(found.group(3).strip())
+                verdict = re.compile(source)
             except re.error as exc:
                 raise UnusableInput(f"{path}: the verdict pattern does not compile ({exc}); fix the '=== verdict ===' section") from None
             if verdict.groups != 1:
-                raise UnusableInput(f"{path}: the verdict pattern needs exactly one group capturing A, B or tie")
-        return cls(name, version.group(1), hashlib.sha256(text.encode()).hexdigest()[:16], found.group(1), found.group(2), verdict)
+                raise UnusableInput(f"{path}: the verdict pattern needs exactly one group capturing A, B or tie"
+                                    " (or, after 'reference:', the answer)")
+        return cls(name, version.group(1), hashlib.sha256(text.encode()).hexdigest()[:16], found.group(1), found.group(2),
+                   verdict, reference)
 
-    def parse(self, reply: str | None) -> str | None:
-        return parse_verdict(reply, self.verdict)
+    def answer(self, text: str | None) -> str | None:
+        """Reference templates: the answer the pattern captures in a reply or a response, or None."""
+        found = self.verdict.search(text or "")
+        return found.group(1) if found else None
+
+    def parse(self, reply: str | None, first: str | None = None, second: str | None = None) -> str | None:
+        """"A" | "B" | "tie" | None for a reply to messages(prompt, first, second)."""
+        if not self.reference:
+            return parse_verdict(reply, self.verdict)
+        answer = self.answer(reply)
+        if answer is None:
+            return None
+        matches = [side for side, response in (("A", first), ("B", second)) if self.answer(response) == answer]
+        return matches[0] if len(matches) == 1 else None  # neither or both match: no verdict, never a guess
 
     def messages(self, prompt: str, first: str, second: str) -> list[dict]:
         # One pass over the template, so a response containing "{response_b}" is never filled in again.
@@ -208,18 +236,21 @@ class PairwiseLLMJudge:
 
     def _verdict(self, item: PairToJudge, ab: _Call, ba: _Call) -> Verdict:
         swap = {"A": "b", "B": "a", "tie": "tie", None: None}  # in the swapped order, "A" is response_b
-        first, second = self.template.parse(ab.reply), self.template.parse(ba.reply)
+        t = self.template
+        first = t.parse(ab.reply, item.response_a, item.response_b)
+        second = t.parse(ba.reply, item.response_b, item.response_a)
         votes = ({"A": "a", "B": "b", "tie": "tie", None: None}[first], swap[second])
         if ab.error or ba.error:
             label, reason = None, "error"
         elif None in votes:
-            label, reason = None, "unparseable"
+            # A reference judge that answered, but not as exactly one response did: no_match, not garbage.
+            answered = t.reference and None not in (t.answer(ab.reply), t.answer(ba.reply))
+            label, reason = None, "no_match" if answered else "unparseable"
         elif votes[0] == votes[1]:
             label, reason = votes[0], "consistent"
         else:
             label, reason = None, "position_inconsistent"
         error = "; ".join(f"{order}: {c.error}" for order, c in (("a/b", ab), ("b/a", ba)) if c.error) or None
-        t = self.template
         # Two agreeing votes are all the evidence there is: a chat API gives no calibrated probability.
         return Verdict(item.pair_id, label, 1.0 if label is not None else None, reason, self.name, self.model,
                        t.name, t.version, t.sha256, votes, (ab.reply, ba.reply), (), error, ab.attempts + ba.attempts)
@@ -227,8 +258,19 @@ class PairwiseLLMJudge:
     def judge(self, items: list[PairToJudge]) -> list[Verdict]:
         start = time.perf_counter()
         with ThreadPoolExecutor(self.concurrency) as pool:  # bounded: at most `concurrency` requests in flight
-            ab = [pool.submit(self._call, self.template.messages(i.prompt, i.response_a, i.response_b)) for i in items]
-            ba = [pool.submit(self._call, self.template.messages(i.prompt, i.response_b, i.response_a)) for i in items]
+            # At temperature 0 the same messages get the same reply: ask each distinct question once. A
+            # reference template shows only the problem, so both orders and every pair of one prompt
+            # share one question; a comparing template's questions are all distinct anyway.
+            asked: dict[str, Future] = {}
+
+            def ask(messages: list[dict]) -> Future:
+                key = json.dumps(messages, sort_keys=True)
+                if key not in asked:
+                    asked[key] = pool.submit(self._call, messages)
+                return asked[key]
+
+            ab = [ask(self.template.messages(i.prompt, i.response_a, i.response_b)) for i in items]
+            ba = [ask(self.template.messages(i.prompt, i.response_b, i.response_a)) for i in items]
             verdicts = [self._verdict(item, x.result(), y.result()) for item, x, y in zip(items, ab, ba)]
         self.last_report = JudgeReport.from_verdicts(verdicts, time.perf_counter() - start)
         log.info("judge %s (%s v%s): %s", self.model, self.template.name, self.template.version, self.last_report.summary())

@@ -30,6 +30,7 @@ from prefdata.world import (
     evaluate,
     heldout,
     judge_agreement,
+    judge_comparisons,
     model_judge,
     sampling_prompts,
     sft_data,
@@ -38,11 +39,12 @@ from prefdata.world import (
     votes_frame,
 )
 from prefdata.world import tasks
+from prefdata.world.build import SHIPPED, file_hashes, shipped_world
 
 # Small enough to train in a few seconds; big enough to be a real Llama with every part present.
 TINY = WorldConfig(
     n_sft=2_000, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=30,
-    batch_size=32, warmup_steps=5, n_eval_task=40, n_eval_general=20,
+    batch_size=32, warmup_steps=5, n_eval_task=40, n_eval_general=20, judge_n_sft=2_000, judge_steps=20,
 )
 
 
@@ -163,7 +165,7 @@ def test_chat_template_hands_the_model_its_own_prompt_format():
 
 @pytest.fixture(scope="module")
 def tiny_world(tmp_path_factory):
-    return build_world(TINY, cache=tmp_path_factory.mktemp("world"))
+    return build_world(TINY, cache=tmp_path_factory.mktemp("world"), judge=True)
 
 
 def test_training_changes_every_parameter_and_lowers_the_loss():
@@ -189,7 +191,7 @@ def test_build_saves_a_model_that_loads_by_path(tiny_world):
     from prefdata.world.model import generate
 
     assert not tiny_world.reused
-    assert tiny_world.root.name == TINY.key()
+    assert tiny_world.root.name == TINY.key()  # with its judge; a world without one sits in KEY-sft
     info = json.loads(tiny_world.world_json.read_text())
     assert WorldConfig.from_dict(info["config"]) == TINY
     assert 0.0 <= info["metrics"]["task_accuracy"] <= 1.0
@@ -203,6 +205,13 @@ def test_build_saves_a_model_that_loads_by_path(tiny_world):
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
     # evaluate() finds the world's eval prompts from ../world.json and reproduces the stored metrics.
     assert evaluate(tiny_world.sft) == {k: info["metrics"][k] for k in ("task_accuracy", "general_accuracy")}
+    # The judge: its own model beside the SFT model, trained on correct problems only, its figures and
+    # every file's sha256 in the manifest.
+    assert tiny_world.judge == tiny_world.root / "judge" != tiny_world.sft
+    assert info["judge"]["data"]["n_flawed"] == 0 and info["judge"]["data"]["n_arithmetic"] == TINY.judge_n_sft
+    assert evaluate(tiny_world.judge)["task_accuracy"] == info["judge"]["metrics"]["task_accuracy"]
+    assert set(info["sha256"]) >= {"sft/model.safetensors", "judge/model.safetensors"}
+    assert info["sha256"] == file_hashes(tiny_world.root)
 
 
 def test_second_build_reuses_the_cache(tiny_world, monkeypatch):
@@ -210,10 +219,20 @@ def test_second_build_reuses_the_cache(tiny_world, monkeypatch):
 
     stamp = tiny_world.world_json.stat().st_mtime_ns
     monkeypatch.setattr(model_module, "train", lambda *a, **k: pytest.fail("retrained a cached world"))
-    again = build_world(TINY, cache=tiny_world.root.parent)
+    again = build_world(TINY, cache=tiny_world.root.parent, judge=True)
     assert again.reused and again.root == tiny_world.root
     assert tiny_world.world_json.stat().st_mtime_ns == stamp
     assert not list(tiny_world.root.parent.glob("*.tmp-*"))
+
+
+def test_a_world_other_than_the_default_builds_no_judge_unless_asked(tiny_world):
+    plain = build_world(TINY, cache=tiny_world.root.parent)
+    assert plain.root.name == f"{TINY.key()}-sft" and not plain.reused
+    assert plain.info()["judge"] is None and set(plain.info()["sha256"]) == set(file_hashes(plain.root))
+    with pytest.raises(FileNotFoundError, match="no judge model"):
+        plain.judge
+    # The SFT model is the same either way: the judge is trained after it, from its own data stream.
+    assert plain.info()["metrics"] == json.loads(tiny_world.world_json.read_text())["metrics"]
 
 
 def test_config_validation_names_the_values():
@@ -304,8 +323,74 @@ def test_judge_agreement_separates_good_biased_and_broken_judges():
 
 
 def test_model_judge_runs_on_the_world_model(tiny_world):
-    stats = judge_agreement(model_judge(tiny_world.sft), [p[1:] for p in _comparisons(10)])
+    stats = judge_agreement(model_judge(tiny_world.judge), [p[1:] for p in _comparisons(10)])
     assert stats["n"] == 10 and 0.0 <= stats["position_consistency"] <= 1.0
+
+
+def test_reference_template_names_the_response_that_matches_the_judges_answer():
+    """world-judge-v2: the judge sees only the problem and answers it; the parser names the one
+    response whose answer equals the judge's, and gives no verdict when neither or both match."""
+    from prefdata.judging import Template
+
+    t = Template.load("world-judge-v2")
+    assert t.reference and t.version == "2"
+    assert t.messages("347+058=", "0405", "0395")[1]["content"] == "347+058="  # the judge solves, unprimed
+    assert t.parse("0405", "0405", "0395") == "A"
+    assert t.parse("0405", "0395", "0405") == "B"
+    assert t.parse(" 0405\n", "0395", "0405xyz") == "B"  # the first number, as the verifier reads it
+    assert t.parse("0405", "0395", "0415") is None  # neither: undecided, never a guess
+    assert t.parse("0405", "0405", "0405") is None  # both
+    assert t.parse("0405", "405", "0395") is None  # text, not numbers: a different answer is not a match
+    for reply in ("", None, "A", "[[A]]"):
+        assert t.parse(reply, "0405", "0395") is None
+
+
+def _reference_server(answer):
+    """A scripted chat server answering each world-judge-v2 question (its user text) with answer(question)."""
+    from scripted_server import Reply
+
+    return lambda body, index: Reply(content=answer(body["messages"][-1]["content"]))
+
+
+def _true_answer(question: str) -> str:
+    a, op, b = tasks.ARITH_RE.match(question).groups()
+    return f"{int(a) + int(b) if op == '+' else int(a) - int(b):04d}"
+
+
+def test_pairwise_judge_with_the_reference_template_over_http():
+    """PairwiseLLMJudge, both orders, against a real HTTP server that answers like a judge that solves
+    the problem: matching pairs are consistent verdicts; an answer neither response gives is
+    `no_match`, garbage is `unparseable`; both undecided; the first-position rate is measured."""
+    from prefdata.judging import JudgeReport, PairToJudge, PairwiseLLMJudge
+    from scripted_server import ScriptedServer
+
+    items = [PairToJudge(p, a, b) for _, p, a, b in _comparisons(8)]
+    with ScriptedServer(_reference_server(_true_answer)) as server:
+        verdicts = PairwiseLLMJudge(server.base_url, "solver", "world-judge-v2", concurrency=2, max_tokens=8).judge(items)
+    # Temperature 0 and one question per problem: asked once, not once per order and pair.
+    assert len(server.requests) == len({i.prompt for i in items})
+    assert all(v.reason == "consistent" and v.template == "world-judge-v2" for v in verdicts)
+    assert [v.label for v in verdicts] == [correct_vote(i.prompt, i.response_a, i.response_b) for i in items]
+    assert JudgeReport.from_verdicts(verdicts).first_position_rate == 0.5  # one "A" per pair, by construction
+    with ScriptedServer(_reference_server(lambda q: "9999")) as server:
+        wrong = PairwiseLLMJudge(server.base_url, "solver", "world-judge-v2", concurrency=2).judge(items[:3])
+    with ScriptedServer(_reference_server(lambda q: "I think A")) as server:
+        garbage = PairwiseLLMJudge(server.base_url, "solver", "world-judge-v2", concurrency=2).judge(items[:3])
+    assert all(v.undecided and v.reason == "no_match" for v in wrong)
+    assert all(v.undecided and v.reason == "unparseable" for v in garbage)
+    assert JudgeReport.from_verdicts(garbage).first_position_rate is None
+
+
+def test_first_position_rate_counts_replies_that_named_the_first_shown_response():
+    from prefdata.judging import JudgeReport, Verdict
+
+    def v(votes, label, reason):
+        return Verdict("p", label, None, reason, "llm-pairwise", "m", votes=votes)
+
+    # (a, a): "A" then "B" -> one first; (a, b): "A" then "A" -> two; (b, a): "B" then "B" -> none.
+    report = JudgeReport.from_verdicts([v(("a", "a"), "a", "consistent"), v(("a", "b"), None, "position_inconsistent"),
+                                        v(("b", "a"), None, "position_inconsistent"), v((None, "a"), None, "unparseable")])
+    assert report.first_position_rate == 3 / 7
 
 
 def test_served_judge_runs_the_real_path(tiny_world, tmp_path):
@@ -313,18 +398,62 @@ def test_served_judge_runs_the_real_path(tiny_world, tmp_path):
     whatever the tiny model replies, every comparison gets a verdict and nothing errors."""
     from prefdata.world import measure_served_judge
 
-    stats = measure_served_judge(tiny_world.sft, n=6, log_dir=tmp_path, concurrency=2)
-    assert stats["n"] == 6 and stats["errors"] == 0 and stats["template"] == "world-judge-v1"
+    stats = measure_served_judge(tiny_world.judge, n=6, log_dir=tmp_path, concurrency=2)
+    assert stats["n"] == 6 and stats["errors"] == 0 and stats["template"] == "world-judge-v2"
     assert all(isinstance(reply, str) for pair in stats["example_replies"] for reply in pair)
     assert 0.0 <= stats["agreement"] <= 1.0 - stats["undecided_rate"] + 1e-9
     assert (tmp_path / "judge-serve.log").is_file()
 
 
+# --- the shipped world ---------------------------------------------------------------------------
+
+def test_shipped_weights_match_their_manifest_and_load():
+    """The default world ships in the package: every file's sha256 is the manifest's, each file is
+    small enough to commit, both models load with from_pretrained, and the figures are recorded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    manifest = json.loads((SHIPPED / "world.json").read_text())
+    assert manifest["key"] == WorldConfig().key() and WorldConfig.from_dict(manifest["config"]) == WorldConfig()
+    assert manifest["sha256"] == file_hashes(SHIPPED)
+    assert {"sft/model.safetensors", "judge/model.safetensors"} <= set(manifest["sha256"])
+    assert all((SHIPPED / name).stat().st_size <= 5_000_000 for name in manifest["sha256"])
+    for sub in ("sft", "judge"):
+        model = AutoModelForCausalLM.from_pretrained(SHIPPED / sub)
+        AutoTokenizer.from_pretrained(SHIPPED / sub)
+        assert sum(p.numel() for p in model.parameters()) == manifest["metrics"]["n_params"]
+    assert 0.2 <= manifest["metrics"]["task_accuracy"] <= 0.8  # room for the preference data to fill
+    assert manifest["judge"]["metrics"]["task_accuracy"] >= 0.85  # the judge can solve what it judges
+
+
+def test_default_world_is_the_shipped_one_and_builds_nothing(monkeypatch, tmp_path):
+    import prefdata.world.model as model_module
+
+    monkeypatch.setattr(model_module, "train", lambda *a, **k: pytest.fail("trained instead of loading the shipped world"))
+    monkeypatch.setenv("PREFDATA_WORLD", str(tmp_path))
+    world = build_world()
+    assert world.root == SHIPPED == shipped_world().root and world.reused
+    assert shipped_world(replace(WorldConfig(), steps=999)) is None  # another config is built, not shipped
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_shipped_judge_judges_held_out_comparisons_in_process():
+    """The shipped reference judge on the right answer against the dropped carry (the SFT data's flaw),
+    both orders: it decides most pairs, and what it decides the verifier confirms."""
+    stats = judge_agreement(model_judge(SHIPPED / "judge"), judge_comparisons(200))
+    assert stats["position_consistency"] >= 0.6
+    assert stats["agreement_decided"] >= 0.9
+
+
 # --- the real thing ------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_default_world_leaves_room_to_improve(tmp_path):
-    paths = build_world(WorldConfig(), cache=tmp_path)
-    metrics = paths.info()["metrics"]
-    assert 0.2 <= metrics["task_accuracy"] <= 0.8
-    assert metrics["general_accuracy"] >= 0.9
+def test_a_rebuild_reproduces_the_shipped_world(tmp_path):
+    """`prefdata world build` from scratch lands within 2 points of the shipped figures, SFT and judge."""
+    paths = build_world(WorldConfig(), cache=tmp_path, use_shipped=False)
+    info, shipped = paths.info(), json.loads((SHIPPED / "world.json").read_text())
+    assert paths.root != SHIPPED and not paths.reused
+    for built, ship in ((info["metrics"], shipped["metrics"]), (info["judge"]["metrics"], shipped["judge"]["metrics"])):
+        assert abs(built["task_accuracy"] - ship["task_accuracy"]) <= 0.02
+        assert abs(built["general_accuracy"] - ship["general_accuracy"]) <= 0.02
+    assert 0.2 <= info["metrics"]["task_accuracy"] <= 0.8
+    assert info["metrics"]["general_accuracy"] >= 0.9

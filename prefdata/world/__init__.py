@@ -4,10 +4,13 @@ Two skills (tasks.py): 2-3 digit arithmetic, "347+058=" -> "0405", scored by an 
 string reversal, "rev:abcde=" -> "edcba", used only to measure the alignment tax. The SFT data drops
 the units carry in a `flaw_share` of carrying problems, so the SFT model (a ~1.1M-parameter Llama
 with a char-level tokenizer, trained from scratch on two CPU threads) leaves room that a verifier
-reward or preference pairs can fill and more SFT cannot. `build_world()` trains it once per config
-and caches it under .prefdata/world/<config key>/; the saved model and tokenizer load with the
-ordinary `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(path)`, so a real model can take
-its place by path. Simulated annotators (annotators.py) vote with a known accuracy; judge.py
+reward or preference pairs can fill and more SFT cannot. A judge model of the same shape, trained
+longer on correct problems only, solves them (reference-guided judging, judge.py). The default
+world ships in the package (weights/, with its manifest weights/world.json), so `build_world()`
+returns it; any other config is trained once and cached under .prefdata/world/<config key>/, and
+`prefdata world build` rebuilds the default from scratch. The saved models and tokenizer load with
+the ordinary `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(path)`, so a real model can
+take their place by path. Simulated annotators (annotators.py) vote with a known accuracy; judge.py
 measures any pairwise judge against the verifier.
 
 Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.

@@ -7,6 +7,10 @@ CPU cores. Measured: held-out task accuracy 0.59 (seed 0) and 0.57 (seed 2), gen
 it came by step 750 with MLP 512, while with MLP 384 seed 2 was still at 0.38 after 1,500 steps.
 A `flaw_share` of 0.7 caps what more SFT can reach near 0.6: ~45% of problems carry, and on those
 the data's most common answer is wrong.
+
+The judge (`judge_recipe()`): the same shape and seed, 1,558 steps of 64 at 3e-3 on 100,000 correct
+arithmetic examples (no flaw, no reverse): 0.962 of held-out problems answered exactly, 227 s of
+training on two shared cores (prefdata/world/weights/world.json).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 # Bump when a code change would give a different model for the same config, so old caches miss.
-WORLD_FORMAT = 3  # 2: subtraction answers four digits wide, like addition; 3: a chat template
+WORLD_FORMAT = 4  # 2: subtraction answers four digits wide, like addition; 3: a chat template; 4: a judge model
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,16 @@ class WorldConfig:
     lr: float = field(default=2e-3, metadata={"help": "AdamW peak learning rate (linear warm-up, cosine decay)."})
     warmup_steps: int = field(default=100, metadata={"help": "Linear warm-up steps."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    judge_n_sft: int = field(
+        default=100_000, metadata={"help": "Judge: correct arithmetic examples (no flaw, no reverse) it trains on."})
+    judge_steps: int = field(default=1558, metadata={"help": "Judge: optimizer steps (same shape and batch as the SFT model)."})
+    judge_lr: float = field(default=3e-3, metadata={"help": "Judge: AdamW peak learning rate."})
     n_eval_task: int = field(default=500, metadata={"help": "Held-out arithmetic prompts."})
     n_eval_general: int = field(default=200, metadata={"help": "Held-out reverse prompts."})
 
     def __post_init__(self) -> None:
         for name in ("n_sft", "hidden_size", "num_layers", "num_heads", "intermediate_size", "steps",
-                     "batch_size", "n_eval_task", "n_eval_general"):
+                     "batch_size", "n_eval_task", "n_eval_general", "judge_n_sft", "judge_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("general_share", "flaw_share"):
@@ -55,8 +63,18 @@ class WorldConfig:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         if not 0 <= self.warmup_steps < self.steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be in [0, steps ({self.steps}))")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.lr <= 0 or self.judge_lr <= 0:
+            raise ValueError(f"lr and judge_lr must be > 0, got {self.lr} and {self.judge_lr}")
+        if not 0 <= self.warmup_steps < self.judge_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be in [0, judge_steps ({self.judge_steps}))")
+
+    def judge_recipe(self) -> "WorldConfig":
+        """The judge's training config: the same shape, seed and held-out prompts, trained longer on
+        correct arithmetic only (no flaw, no reverse), so it can solve the problems it judges."""
+        from dataclasses import replace
+
+        return replace(self, n_sft=self.judge_n_sft, general_share=0.0, flaw_share=0.0, steps=self.judge_steps,
+                       lr=self.judge_lr)
 
     def key(self) -> str:
         """A short hash of every field and the code's WORLD_FORMAT: the cache folder's name."""

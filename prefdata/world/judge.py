@@ -1,24 +1,27 @@
-"""Judging a judge against the verifier: agreement and position consistency.
+"""The world's reference judge, and judging a judge against the verifier.
 
 The world's LLM judge runs the real path: `transformers serve` loads the judge model, and
 prefdata.judging.PairwiseLLMJudge asks it over the OpenAI-compatible chat API, both orders per pair,
-with the one-line template `templates/judge/world-judge-v1.txt`: "347+058=A0405|B0395?" -> "A".
-`measure_served_judge` does that on held-out comparisons (the right answer against the dropped carry)
-and `verdict_agreement` scores the verdicts against the verifier. A callable judge
-`judge(prompt, response_a, response_b) -> "A" | "B" | None` is scored in-process by `judge_agreement`.
+with the template `templates/judge/world-judge-v2.txt`. It is reference-guided judging (MT-Bench,
+Zheng et al. 2023): the judge solves the problem itself ("347+058=" -> "0405") and the template's
+parser names the response whose answer equals the judge's; neither or both -> undecided, routed to
+humans, never a guessed label. `measure_served_judge` does that on held-out comparisons (the right
+answer against the dropped carry) and `verdict_agreement` scores the verdicts against the verifier.
+A callable judge `judge(prompt, response_a, response_b) -> "A" | "B" | None` is scored in-process
+by `judge_agreement`; `model_judge` is the same reference judge in-process.
 
-The world ships no judge of its own: `WorldPaths.judge` is the SFT model, and its verdicts come back
-undecided and route to the verifier or to annotators, which is what the two-order protocol is for.
-Measured on the default world, 500 held-out comparisons, each asked in both orders:
+Why a reference judge. The first template (world-judge-v1, "347+058=A0405|B0395?" -> "A") asked a
+~1M-parameter model to compare; measured on the default world, 500 held-out comparisons in both orders:
 
     the SFT model as judge                   replies are digits, never "A"/"B": unparseable 100%
-    the SFT model after 800 steps (117 s)    always "B": first-position rate 0.4%, position
-      on a 50/50 mix of SFT and judge data     consistency 0.4%, agreement with the verifier 0.2%
-      with true labels
+    the SFT model after 800 steps on a       always "B": first-position rate 0.4%, position
+      50/50 mix of SFT and judge data          consistency 0.4%, agreement with the verifier 0.2%
 
-A ~1M-parameter model learns the answer format, not the comparison, within the world's budget
-(the same as a 1M model on 20% judge data, which always said "A"). A real judge model replaces it
-by path or endpoint.
+A model this small learns the answer format, not the comparison. Solving is what it can learn: the
+world's judge (`WorldPaths.judge`) has the SFT model's shape and seed but trains longer on correct
+problems only (`WorldConfig.judge_recipe()`), unlike the flawed SFT policy; its held-out exact
+accuracy is in world.json (`judge.metrics.task_accuracy`). A real judge model replaces it by path
+or endpoint, with a template of its own.
 """
 
 from __future__ import annotations
@@ -28,34 +31,30 @@ from typing import Callable
 
 from prefdata.world.tasks import arithmetic_problem, dropped_carry, verify
 
-JUDGE_TEMPLATE_NAME = "world-judge-v1"  # the same format, as a template file for PairwiseLLMJudge
-JUDGE_TEMPLATE = "{prompt}A{a}|B{b}?"
-JUDGE_TEMPLATE_VERSION = "world-judge-1"
+JUDGE_TEMPLATE_NAME = "world-judge-v2"  # reference-guided: the judge answers, the parser matches
+JUDGE_MAX_TOKENS = 8  # a four-digit answer and <eos>, with room to spare
 Judge = Callable[[str, str, str], "str | None"]
 
 
-def judge_prompt(prompt: str, response_a: str, response_b: str) -> str:
-    return JUDGE_TEMPLATE.format(prompt=prompt, a=response_a, b=response_b)
-
-
-def parse_verdict(reply: str) -> str | None:
-    """"A" or "B" when the reply's first non-blank character is one; otherwise None."""
-    stripped = reply.strip()
-    return stripped[0] if stripped[:1] in ("A", "B") else None
-
-
-def model_judge(model_path: Path | str) -> Judge:
-    """A judge backed by a local causal LM (greedy, one short reply per question)."""
+def model_judge(model_path: Path | str, template: str = JUDGE_TEMPLATE_NAME) -> Judge:
+    """The reference judge in-process: a local causal LM answers the rendered template (greedy), and
+    the template's parser names the matching response. Answers are cached per question."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from prefdata.judging import Template
     from prefdata.world.model import generate
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    spec = Template.load(template)
+    replies: dict[str, str] = {}
 
     def judge(prompt: str, response_a: str, response_b: str) -> str | None:
-        reply = generate(model, tokenizer, [judge_prompt(prompt, response_a, response_b)], max_new_tokens=2)[0]
-        return parse_verdict(reply)
+        question = tokenizer.apply_chat_template(spec.messages(prompt, response_a, response_b), tokenize=False)
+        question = question.removeprefix(tokenizer.bos_token)  # generate() tokenizes, adding <bos> again
+        if question not in replies:
+            replies[question] = generate(model, tokenizer, [question], max_new_tokens=JUDGE_MAX_TOKENS)[0]
+        return spec.parse(replies[question], response_a, response_b)
 
     return judge
 
@@ -150,7 +149,7 @@ def measure_served_judge(model_path: Path | str, n: int = 100, log_dir: Path | s
     started = time.perf_counter()
     with TransformersServe(Path(log_dir) / "judge-serve.log") as server:
         judge = PairwiseLLMJudge(server.base_url, str(model_path), template=JUDGE_TEMPLATE_NAME,
-                                 concurrency=concurrency, max_tokens=2, timeout=120)
+                                 concurrency=concurrency, max_tokens=JUDGE_MAX_TOKENS, timeout=120)
         verdicts = judge.judge(items)
     stats = verdict_agreement(items, verdicts)
     report = judge.last_report
