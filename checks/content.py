@@ -11,7 +11,9 @@ All four are pure functions of frames (or series) and thresholds that return a `
 only thing read from disk is the packaged default lexicon (`safety_lexicon.yaml`, loaded once), and
 model-backed safety scoring is injected as a callable (`hf_text_classifier` builds one). Every
 model-free path is vectorised (polars expressions, numpy over the Arrow byte buffers) so it runs on
-a million pairs in seconds; timings are in tests/test_content.py's module docstring.
+a million pairs in seconds; timings are in tests/test_content.py's module docstring. The engines
+live apart: word n-gram overlap in checks/ngrams.py, TF-IDF features in checks/tfidf.py, frame
+helpers in checks/frames.py.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from prefdata.checks.base import CheckResult, skip
+from prefdata.checks.frames import ids, len_bytes, row_blocks
+from prefdata.checks.ngrams import overlap_in_blocks, word_ngram_overlap  # noqa: F401 - word_ngram_overlap: public here too
+from prefdata.checks.tfidf import FEATURE_DIM, NGRAM_SIZES, tfidf_matrix, top_ngrams
 from prefdata.records import normalise_expr
 
 SAFETY_ID = "safety"
@@ -42,52 +45,6 @@ LEAKAGE_NGRAM = 8  # item 7 "prompt 中无泄漏的标准答案": 8 words in a r
 LEAKAGE_MAX_OVERLAP = 0.5  # item 7: more than half of an answer's 8-grams in its prompt is a leak
 LEAKAGE_MIN_CHARS = 20  # item 7: shorter answers ("Yes.", "?") match chat histories by chance
 DISTRIBUTION_ALPHA = 0.01  # item 1 "prompt 分布与上线分布一致": fail only on clear evidence of a shift
-
-# ---------------------------------------------------------------------------------------------
-# shared helpers
-# ---------------------------------------------------------------------------------------------
-
-_U = np.uint64
-_K1 = _U(0x9E3779B97F4A7C15)
-_K2 = _U(0xBF58476D1CE4E5B9)
-_K3 = _U(0x94D049BB133111EB)
-
-
-def _ids(pairs: pl.DataFrame, mask: np.ndarray | pl.Series) -> tuple[str, ...]:
-    """`id` values of the rows where mask is true, in row order (row numbers without an id column)."""
-    mask = pl.Series(mask) if not isinstance(mask, pl.Series) else mask
-    if "id" in pairs.columns:
-        return tuple(pairs["id"].cast(pl.String).filter(mask).fill_null("").to_list())
-    return tuple(str(i) for i in np.flatnonzero(mask.to_numpy()))
-
-
-def _mix64(x: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
-    """In-place splitmix64 finaliser of a uint64 array (a bijection, so distinct inputs stay distinct)."""
-    tmp = np.empty_like(x) if tmp is None else tmp[: x.size]
-    np.right_shift(x, _U(30), out=tmp)
-    x ^= tmp
-    x *= _K2
-    np.right_shift(x, _U(27), out=tmp)
-    x ^= tmp
-    x *= _K3
-    np.right_shift(x, _U(31), out=tmp)
-    x ^= tmp
-    return x
-
-
-def _utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """The texts' UTF-8 bytes back to back (a read-only view, no copy) and int64 offsets (n + 1)."""
-    import pyarrow as pa
-
-    arr = texts.cast(pl.String).fill_null("").to_arrow()
-    if hasattr(arr, "combine_chunks"):
-        arr = arr.combine_chunks()
-    arr = arr.cast(pa.large_string())
-    _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return data, offsets
-
 
 # ---------------------------------------------------------------------------------------------
 # item 5: safety
@@ -337,7 +294,7 @@ def check_safety(
     if missing:
         message += f"; columns not present: {', '.join(missing)}"
     return CheckResult(
-        SAFETY_ID, status, metric=share, threshold=max_flagged_share, offending=_ids(pairs, row_flag), message=message,
+        SAFETY_ID, status, metric=share, threshold=max_flagged_share, offending=ids(pairs, row_flag), message=message,
         details={
             "scorer": repr(scorer),
             "score_threshold": threshold,
@@ -508,243 +465,7 @@ def check_category_coverage(
 # item 7: answer leakage
 # ---------------------------------------------------------------------------------------------
 #
-# Word n-gram overlap between each row's prompt and response, exact up to 64-bit hashing, vectorised
-# with numpy over the Arrow byte buffers in chunks of rows (so scratch arrays stay small and are
-# reused; fresh allocations are what make numpy slow at this scale):
-#   words    maximal runs of bytes > 0x20 (whitespace and control characters separate words;
-#            punctuation stays attached, as it does in copied text), ASCII letters lower-cased;
-#   word id  the word's first and last 8 bytes and its length (exact for words up to 16 bytes);
-#   n-gram   polynomial hash of n consecutive word ids within one text (prefix sums with wrapping
-#            uint64 arithmetic, divided back by the start position's power);
-#   match    n-gram hashes keyed by row; a 4 MiB bitmap discards most non-matches, the rest are
-#            matched exactly (sorted search). share = response n-grams (positions) found in the
-#            prompt / response n-grams.
-
-_PAD = 8
-_POLY = _U(0xD6E8FEB86659FD93)
-_TABLE_BITS = 22
-_CHUNK_BYTES = 1 << 20
-_BLOCK_BYTES = 1 << 25  # text converted to Arrow buffers at a time (whole chunks)
-
-
-def _inverse64(a: int) -> int:
-    y = a  # Newton's iteration for the inverse of an odd number modulo 2**64
-    for _ in range(6):
-        y = (y * (2 - a * y)) % (1 << 64)
-    return y
-
-
-_POLY_INV = _U(_inverse64(int(_POLY)))
-
-
-class _Scratch:
-    """Per-thread reusable arrays, grown on demand."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        arr = self.arrays.get(name)
-        if arr is None or arr.size < size or arr.dtype != dtype:
-            arr = np.empty(max(size, 4096) * 5 // 4, dtype)
-            self.arrays[name] = arr
-        return arr[:size]
-
-    def powers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        p = self.arrays.get("pow")
-        if p is None or p.size < size:
-            k = max(size, 1 << 16) * 2
-            with np.errstate(over="ignore"):
-                p = np.full(k, _POLY, dtype=np.uint64)
-                p[0] = 1
-                np.cumprod(p, out=p)
-                q = np.full(k, _POLY_INV, dtype=np.uint64)
-                q[0] = 1
-                np.cumprod(q, out=q)
-            self.arrays["pow"], self.arrays["ipow"] = p, q
-        return self.arrays["pow"][:size], self.arrays["ipow"][:size]
-
-
-def _word_hashes(
-    ws: _Scratch, tag: str, data: np.ndarray, offsets: np.ndarray, a: int, b: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Word ids of rows a..b of one text column (into scratch `tag`) and the word count per row."""
-    lo, hi = int(offsets[a]), int(offsets[b])
-    n = hi - lo
-    buf = ws.get(tag + "buf", n + 2 * _PAD, np.uint8)
-    buf[:_PAD] = 0
-    buf[_PAD + n :] = 0
-    buf[_PAD : _PAD + n] = data[lo:hi]
-    tmp8 = ws.get("tmp8", buf.size, np.uint8)  # ASCII lower-case in place: buf |= 32 where 'A'..'Z'
-    np.subtract(buf, np.uint8(65), out=tmp8)
-    upper = np.less(tmp8, np.uint8(26), out=ws.get("upper", buf.size, np.bool_))
-    np.left_shift(upper.view(np.uint8), np.uint8(5), out=tmp8)
-    np.bitwise_or(buf, tmp8, out=buf)
-    is_word = np.greater(buf, np.uint8(32), out=ws.get("w", buf.size, np.bool_))
-    edge = np.not_equal(is_word[1:], is_word[:-1], out=ws.get("edge", buf.size - 1, np.bool_))
-    idx = np.flatnonzero(edge)
-    idx += 1
-    row_start = offsets[a : b + 1] - (lo - _PAD)
-    # a row boundary inside a run of word bytes (an odd number of edges before it and none at it):
-    # split the word there, i.e. insert the boundary twice (an end, then a start)
-    inner = np.unique(row_start[1:-1])
-    before = np.searchsorted(idx, inner, "left")
-    inside = ((before & 1) == 1) & (np.searchsorted(idx, inner, "right") == before)
-    if inside.any():
-        idx = np.insert(idx, np.repeat(before[inside], 2), np.repeat(inner[inside], 2))
-    starts, ends = idx[0::2], idx[1::2]
-    counts = np.diff(np.searchsorted(starts, row_start))
-    w = starts.size
-    view = np.ndarray((buf.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
-    length = np.subtract(ends, starts, out=ws.get("len", w, np.int64)).view(np.uint64)
-    shift = np.minimum(length, _U(8), out=ws.get("shift", w, np.uint64))
-    np.subtract(_U(8), shift, out=shift)
-    np.left_shift(shift, _U(3), out=shift)
-    first = ws.get(tag + "h", w, np.uint64)
-    first[:] = view[starts]
-    np.left_shift(first, shift, out=first)
-    np.right_shift(first, shift, out=first)
-    last = ws.get("last", w, np.uint64)
-    last[:] = view[np.subtract(ends, 8, out=ws.get("e8", w, np.int64))]
-    np.right_shift(last, shift, out=last)
-    first *= _K1
-    last *= _K2
-    first += last
-    first += length
-    return first, counts
-
-
-def _ngram_keys(ws: _Scratch, h: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hashes of the word n-grams of each row, keyed by row (row-major), and n-grams per row."""
-    w = h.size
-    m = w - n + 1
-    per_row = np.maximum(counts - n + 1, 0)
-    if m <= 0 or not per_row.any():
-        return np.zeros(0, np.uint64), per_row
-    p, q = ws.powers(w + 1)
-    prefix = ws.get("prefix", w + 1, np.uint64)
-    prefix[0] = 0
-    np.multiply(h, p[:w], out=prefix[1:])
-    np.cumsum(prefix[1:], out=prefix[1:])
-    g = np.subtract(prefix[n:], prefix[:m], out=ws.get("g", m, np.uint64))
-    g *= q[:m]
-    row = np.repeat(np.arange(1, counts.size + 1, dtype=np.uint64), counts)
-    valid = np.equal(row[:m], row[n - 1 :], out=ws.get("valid", m, np.bool_))
-    keys = g[valid]
-    keys += np.repeat(np.arange(1, counts.size + 1, dtype=np.uint64), per_row) * _K1
-    return _mix64(keys, ws.get("mixtmp", keys.size, np.uint64)), per_row
-
-
-def _overlap_chunk(
-    ws: _Scratch, prompt_buf: tuple, response_buf: tuple, a: int, b: int, n: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    hp, cp = _word_hashes(ws, "p", *prompt_buf, a, b)
-    kp, _ = _ngram_keys(ws, hp, cp, n)
-    hr, cr = _word_hashes(ws, "r", *response_buf, a, b)
-    kr, per_row = _ngram_keys(ws, hr, cr, n)
-    hits = np.zeros(b - a, np.int64)
-    if kp.size and kr.size:
-        table = ws.arrays.get("table")
-        if table is None:
-            table = ws.arrays["table"] = np.zeros(1 << _TABLE_BITS, np.bool_)
-        shift = _U(64 - _TABLE_BITS)
-        ip = (kp >> shift).astype(np.intp)
-        ir = (kr >> shift).astype(np.intp)
-        table[ip] = True
-        maybe_r = table[ir]
-        table[ip] = False
-        if maybe_r.any():
-            cand = np.flatnonzero(maybe_r)
-            table[ir[cand]] = True
-            kp_cand = np.sort(kp[table[ip]])
-            table[ir[cand]] = False
-            kc = kr[cand]
-            pos = np.searchsorted(kp_cand, kc)
-            pos[pos == kp_cand.size] = 0
-            found = cand[kp_cand[pos] == kc] if kp_cand.size else cand[:0]
-            if found.size:
-                rows = np.repeat(np.arange(b - a), per_row)
-                hits = np.bincount(rows[found], minlength=b - a)
-    return hits, per_row, cr
-
-
-def word_ngram_overlap(
-    prompts: pl.Series, responses: pl.Series, n: int = 8, threads: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: (response n-grams found in the prompt, response n-grams, response words).
-
-    Vectorised; see the comment above for the definitions. `threads` defaults to min(2, CPUs).
-    """
-    if n < 1:
-        raise ValueError("n must be >= 1")
-    if len(prompts) != len(responses):
-        raise ValueError("prompts and responses differ in length")
-    if len(prompts) == 0:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    prompts, responses = prompts.cast(pl.String).fill_null(""), responses.cast(pl.String).fill_null("")
-    return _overlap_in_blocks(lambda a, b: (prompts.slice(a, b - a), responses.slice(a, b - a)),
-                              _len_bytes(prompts) + _len_bytes(responses), n, threads)
-
-
-def _len_bytes(texts: pl.Series) -> np.ndarray:
-    return texts.str.len_bytes().fill_null(0).cast(pl.Int64).to_numpy()
-
-
-def _row_blocks(row_bytes: np.ndarray, block_bytes: int | None = None) -> list[tuple[int, int]]:
-    """Consecutive row ranges [a, b) of about `block_bytes` (default _BLOCK_BYTES) bytes of text."""
-    if row_bytes.size == 0:
-        return []
-    cum = np.cumsum(row_bytes + 1)
-    step = block_bytes or _BLOCK_BYTES
-    cuts = np.searchsorted(cum, np.arange(step, int(cum[-1]), step, dtype=np.int64), "right")
-    edges = np.unique(np.concatenate([[0], cuts, [row_bytes.size]]))
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-
-
-def _overlap_in_blocks(
-    texts: Callable[[int, int], tuple[pl.Series, pl.Series]], row_bytes: np.ndarray, n: int, threads: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`word_ngram_overlap` of the (prompt, response) texts of rows a..b-1 given by `texts(a, b)`,
-    whose UTF-8 sizes together are `row_bytes` per row. Rows are hashed in chunks of about
-    _CHUNK_BYTES; their Arrow buffers are made a block of about _BLOCK_BYTES (whole chunks) at a
-    time, so the columns are never copied whole. A chunk's result depends only on its rows' bytes,
-    so the blocks change nothing."""
-    rows = row_bytes.size
-    cum = np.cumsum(row_bytes)
-    cuts = np.searchsorted(cum, np.arange(_CHUNK_BYTES, int(cum[-1]), _CHUNK_BYTES), "right")
-    edges = np.unique(np.concatenate([[0], cuts, [rows]]))
-    bounds = [(int(x), int(y)) for x, y in zip(edges[:-1], edges[1:]) if y > x]
-    blocks: list[list[tuple[int, int]]] = [[]]
-    block_start = 0
-    for a, b in bounds:
-        if blocks[-1] and int(cum[b - 1]) - block_start > _BLOCK_BYTES:
-            blocks.append([])
-            block_start = int(cum[a - 1])
-        blocks[-1].append((a, b))
-    local = threading.local()
-    threads = min(2, os.cpu_count() or 1) if threads is None else max(1, int(threads))
-    pool = ThreadPoolExecutor(threads) if threads > 1 and len(bounds) > 1 else None
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    try:
-        for chunks in blocks:
-            start, stop = chunks[0][0], chunks[-1][1]
-            prompt_block, response_block = texts(start, stop)
-            pbuf, rbuf = _utf8_buffer(prompt_block), _utf8_buffer(response_block)
-            del prompt_block, response_block
-
-            def run(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-                ws = getattr(local, "ws", None)
-                if ws is None:
-                    ws = local.ws = _Scratch()
-                return _overlap_chunk(ws, pbuf, rbuf, ab[0] - start, ab[1] - start, n)
-
-            parts.extend(pool.map(run, chunks) if pool else map(run, chunks))
-            del pbuf, rbuf
-    finally:
-        if pool:
-            pool.shutdown()
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+# Word n-gram overlap between each row's prompt and response: checks/ngrams.py (word_ngram_overlap).
 
 
 def check_answer_leakage(
@@ -781,7 +502,7 @@ def check_answer_leakage(
 
     n = pairs.height
     prompt = pairs["prompt"].cast(pl.String).fill_null("")
-    prompt_bytes = _len_bytes(prompt)
+    prompt_bytes = len_bytes(prompt)
     row_flag = np.zeros(n, dtype=bool)
     by_target: dict[str, dict[str, int]] = {}
     max_share_seen = 0.0
@@ -793,9 +514,9 @@ def check_answer_leakage(
 
         # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
         # copies the n-gram overlap reads) are never made for the whole column at once
-        blocks = _row_blocks(prompt_bytes + _len_bytes(column))
-        text_bytes = np.concatenate([_len_bytes(answer(a, b)) for a, b in blocks])
-        hits, grams, words = _overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
+        blocks = row_blocks(prompt_bytes + len_bytes(column))
+        text_bytes = np.concatenate([len_bytes(answer(a, b)) for a, b in blocks])
+        hits, grams, words = overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
                                                 prompt_bytes + text_bytes, ngram, None)
         del text_bytes
         share = np.divide(hits, grams, out=np.zeros(n), where=grams > 0)
@@ -832,7 +553,7 @@ def check_answer_leakage(
     )
     message = f"{n_flagged} of {n} prompts contain their answer ({parts})"
     return CheckResult(
-        LEAKAGE_ID, status, metric=metric, threshold=threshold, offending=_ids(pairs, row_flag), message=message,
+        LEAKAGE_ID, status, metric=metric, threshold=threshold, offending=ids(pairs, row_flag), message=message,
         details={
             "targets": targets,
             "ngram": ngram,
@@ -850,90 +571,10 @@ def check_answer_leakage(
 # item 1: prompt distribution
 # ---------------------------------------------------------------------------------------------
 #
-# Two-sample permutation test on character n-gram TF-IDF features. Each side is subsampled (seeded)
-# to `max_samples`; texts are lower-cased with whitespace collapsed; features are the byte 3-, 4- and
-# 5-grams of the UTF-8 text (characters, for ASCII), weighted 1 + log(tf) times smoothed idf over the
-# pooled sample, then signed-hashed to FEATURE_DIM dimensions (the hashing trick keeps inner products
-# in expectation) and L2-normalised. Statistic: the biased MMD^2 with a linear (cosine) kernel,
-# ||mean(x) - mean(y)||^2; p-value = (1 + #{permuted MMD^2 >= observed}) / (1 + n_permutations),
+# Two-sample permutation test of MMD^2 on character n-gram TF-IDF features (checks/tfidf.py): each
+# side is subsampled (seeded) to `max_samples`. Statistic: the biased MMD^2 with a linear (cosine)
+# kernel, ||mean(x) - mean(y)||^2; p-value = (1 + #{permuted MMD^2 >= observed}) / (1 + n_permutations),
 # which is exact-size under exchangeability (two halves of one source fail at rate alpha).
-
-NGRAM_SIZES = (3, 4, 5)
-FEATURE_DIM = 1024
-MAX_TEXT_CHARS = 1000  # the first 1,000 characters of a prompt are its features (chat histories run long)
-
-
-def _tfidf_matrix(texts: list[str]) -> tuple[np.ndarray, dict[str, Any]]:
-    """L2-normalised signed-hashed TF-IDF rows, and what `_top_ngrams` needs to name n-grams."""
-    series = pl.Series(texts, dtype=pl.String).str.to_lowercase().str.replace_all(r"\s+", " ").str.strip_chars()
-    data, offsets = _utf8_buffer(series.str.slice(0, MAX_TEXT_CHARS))
-    n_docs = len(texts)
-    x = np.zeros((n_docs, FEATURE_DIM), np.float32)
-    buf = np.zeros(data.size + 8, np.uint8)
-    buf[: data.size] = data
-    lengths = np.diff(offsets).astype(np.int64)
-    doc_of_byte = np.repeat(np.arange(n_docs, dtype=np.uint64), lengths)
-    room = np.repeat(offsets[1:], lengths) - np.arange(data.size, dtype=np.int64)  # bytes left in the doc
-    view = np.ndarray((data.size,), dtype="<u8", buffer=buf, strides=(1,))
-    # one uint64 per occurrence: the n-gram's hash in the high bits, its document in the low bits,
-    # so a plain sort groups (n-gram, doc) pairs and then n-grams, with no argsort
-    doc_bits = _U(max(1, int(n_docs - 1).bit_length()))
-    grams, keys = [], []
-    for k in NGRAM_SIZES:
-        at = np.flatnonzero(room >= k)
-        gram = view[at] << _U(8 * (8 - k))  # little-endian: keep the k bytes from `at`
-        gram ^= _U(k)
-        _mix64(gram)
-        gram >>= doc_bits
-        grams.append(gram)
-        keys.append((gram << doc_bits) | doc_of_byte[at])
-    if sum(k.size for k in keys) == 0:
-        return x, {}
-    occurrences = np.concatenate(grams)
-    combined = np.sort(np.concatenate(keys))
-    new_pair = np.ones(combined.size, bool)
-    new_pair[1:] = combined[1:] != combined[:-1]
-    first = np.flatnonzero(new_pair)
-    tf = np.diff(np.append(first, combined.size)).astype(np.float64)
-    pairs = combined[first]
-    doc_u = (pairs & ((_U(1) << doc_bits) - _U(1))).astype(np.int64)
-    gram_u = pairs >> doc_bits
-    new_gram = np.ones(gram_u.size, bool)
-    new_gram[1:] = gram_u[1:] != gram_u[:-1]
-    inverse = np.cumsum(new_gram) - 1
-    df = np.bincount(inverse)
-    idf = np.log((1.0 + n_docs) / (1.0 + df)) + 1.0
-    weight = (1.0 + np.log(tf)) * idf[inverse]
-    bucket = (gram_u & _U(FEATURE_DIM - 1)).astype(np.int64)
-    sign = np.where(((gram_u >> _U(20)) & _U(1)) == 1, -1.0, 1.0)
-    flat = np.bincount(doc_u * FEATURE_DIM + bucket, weights=sign * weight, minlength=n_docs * FEATURE_DIM)
-    x = flat.reshape(n_docs, FEATURE_DIM).astype(np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    np.divide(x, norms, out=x, where=norms > 0)
-    sizes = np.concatenate([np.full(g.size, k, np.int8) for k, g in zip(NGRAM_SIZES, grams)])
-    starts = np.concatenate([np.flatnonzero(room >= k) for k in NGRAM_SIZES])
-    info = {"doc_u": doc_u, "inverse": inverse, "grams": gram_u[new_gram], "occurrences": occurrences,
-            "starts": starts, "sizes": sizes, "buf": buf}
-    return x, info
-
-
-def _top_ngrams(info: dict[str, Any], is_x: np.ndarray, top: int = 10) -> list[dict[str, Any]]:
-    """N-grams whose document share differs most between the two sides (for the reader)."""
-    if not info:
-        return []
-    doc_u, inverse, grams = info["doc_u"], info["inverse"], info["grams"]
-    nx, ny = int(is_x.sum()), int((~is_x).sum())
-    in_x = np.bincount(inverse, weights=is_x[doc_u].astype(float), minlength=grams.size) / max(nx, 1)
-    in_y = np.bincount(inverse, weights=(~is_x[doc_u]).astype(float), minlength=grams.size) / max(ny, 1)
-    order = np.argsort(-np.abs(in_x - in_y), kind="stable")[:top]
-    out = []
-    for i in order:
-        j = int(np.argmax(info["occurrences"] == grams[i]))  # an occurrence, to print the bytes
-        start, size = int(info["starts"][j]), int(info["sizes"][j])
-        text = bytes(info["buf"][start : start + size]).decode("utf-8", errors="replace")
-        out.append({"ngram": text, "share_prompts": round(float(in_x[i]), 4),
-                    "share_reference": round(float(in_y[i]), 4)})
-    return out
 
 
 def check_prompt_distribution(
@@ -965,7 +606,7 @@ def check_prompt_distribution(
 
     x_texts, y_texts = sample(x_all), sample(y_all)
     nx, ny = len(x_texts), len(y_texts)
-    features, info = _tfidf_matrix(x_texts + y_texts)
+    features, info = tfidf_matrix(x_texts + y_texts)
     is_x = np.zeros(nx + ny, bool)
     is_x[:nx] = True
 
@@ -998,6 +639,6 @@ def check_prompt_distribution(
             "n_permutations": n_permutations,
             "seed": seed,
             "features": f"byte {NGRAM_SIZES}-grams, tf-idf, signed-hashed to {FEATURE_DIM}",
-            "top_ngrams": _top_ngrams(info, is_x),
+            "top_ngrams": top_ngrams(info, is_x),
         },
     )

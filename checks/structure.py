@@ -32,6 +32,7 @@ from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front
 from prefdata.records import normalise_expr
 
 from .base import CheckResult, skip
+from .frames import ids
 
 # Item 3: "chosen / rejected 长度比 ≤ 2" -- the longer side at most twice the shorter.
 DEFAULT_MAX_LENGTH_RATIO = 2.0
@@ -56,19 +57,6 @@ _WS = re.compile(r"\s+")
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def _ids(frame: pl.DataFrame, mask: pl.Series | pl.Expr, limit: int | None = None) -> tuple[str, ...]:
-    """Ids of the rows where `mask` holds, in row order (`id`, else `pair_id`, else the row number);
-    the first `limit` of them when given."""
-    if "id" in frame.columns:
-        column = pl.col("id").cast(pl.String)
-    elif "pair_id" in frame.columns:
-        column = pl.col("pair_id").cast(pl.String)
-    else:
-        column = pl.int_range(pl.len()).cast(pl.String)
-    picked = column.filter(mask)
-    return tuple(frame.select(picked if limit is None else picked.head(limit)).to_series().to_list())
 
 
 def _train(frame: pl.DataFrame) -> pl.DataFrame:
@@ -231,7 +219,7 @@ def check_length_ratio(
         p95=pl.col("ratio").filter(pl.col("ratio").is_finite()).quantile(0.95, "linear"),
     )
     mask = stats["offending"]
-    offending = _ids(pairs, mask)
+    offending = ids(pairs, mask)
     n = pairs.height
     longer_c, longer_r = int(stats["chosen_longer"][0]), int(stats["rejected_longer"][0])
     metric = len(offending) / n
@@ -331,9 +319,9 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
     flags = pairs.select(**{k: v.fill_null(False) for k, v in exprs.items()}).insert_column(
         0, identical.fill_null(False).alias("identical"))
     mask = flags.select(pl.any_horizontal(pl.all())).to_series()
-    offending = _ids(pairs, mask)
+    offending = ids(pairs, mask)
     reasons = {k: int(flags[k].sum()) for k in DEGENERATE_REASONS if k in flags.columns}
-    examples = {k: list(_ids(pairs, flags[k], EXAMPLES_PER_REASON)) for k, n in reasons.items() if n}
+    examples = {k: list(ids(pairs, flags[k], EXAMPLES_PER_REASON)) for k, n in reasons.items() if n}
     for row_id, reason in lost.select(pl.col("id").cast(pl.String), "reason").iter_rows():
         kind = degenerate_at_read(reason) or reason
         reasons[kind] = reasons.get(kind, 0) + 1
@@ -500,7 +488,7 @@ def check_same_policy(
             0.0,
         )
     mask = (ev["different"] | ev["undetermined"].fill_null(False))
-    offending = _ids(pairs, mask)
+    offending = ids(pairs, mask)
     n_different = int(ev["different"].sum())
     n_undetermined = int(ev["undetermined"].fill_null(False).sum())
     metric = len(offending) / n_evidence
@@ -603,7 +591,7 @@ def check_sft_subset(
             details={"n_train_pairs": n_train, "n_sft_rows": rows.height, "n_usable": 0, "n_offending": 0},
         )
     empty = rows.select(_blank("completion")).to_series()
-    offending = _ids(rows, empty)
+    offending = ids(rows, empty)
     n_usable = rows.height - int(empty.sum())
     details: dict[str, Any] = {"n_train_pairs": n_train, "n_sft_rows": rows.height, "n_usable": n_usable,
                                "n_empty_completion": len(offending), "n_offending": len(offending)}

@@ -1,14 +1,13 @@
 """The validate and publish flows: the checklist on a draft, reported as Prefect artifacts, and the
 gate that makes it a validated version, which may start the training deployment.
 
-They wire prefdata.gate (the same checklist run as `prefdata check` and `prefdata publish`) and the
-store; nothing here decides a check.
+They wire prefdata.publishing, the one publish path `prefdata publish` takes too (its checklist run
+is `prefdata check`'s, prefdata.gate); nothing here decides a check or a status.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 
@@ -20,22 +19,17 @@ def artifact_key(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
 
+def _settings(checks: Checks) -> dict:
+    """The publishing functions' settings from the flow's parameters (the same names)."""
+    return checks.model_dump()
+
+
 @task(name="run-checklist")
 def run_checklist(ref: str, checks: Checks, store: str | None) -> dict:
-    from prefdata.checks.checklist import load_config
-    from prefdata.gate import load_inputs, run_gate
+    from prefdata.publishing import validate_version
     from prefdata.store import Store
 
-    v = Store(store).get(ref)
-    report_dir = Path(checks.report_dir or Path(".prefdata") / "reports" / f"{v.name}-{v.version}").resolve()
-    config = load_config(checks.config)
-    inputs, info = load_inputs(v.ref, eval_data=checks.eval_data, scorer=checks.scorer, store=store,
-                               reference_prompts=Path(checks.reference_prompts) if checks.reference_prompts else None,
-                               docs_dir=report_dir / "gx")
-    outcome = run_gate(inputs, config, strict=checks.strict, report_dir=report_dir, title=f"validate {v.ref}")
-    report = {**outcome.report, "config": config, "strict": checks.strict or bool(config.get("strict")), "input": info}
-    return {"dataset": v.ref, "passed": outcome.passed, "report": report, "report_dir": str(report_dir),
-            "reports": {k: str(p) for k, p in outcome.reports.items()}}
+    return validate_version(Store(store), ref, **_settings(checks)).as_dict()
 
 
 def _artifacts(result: dict) -> None:
@@ -67,11 +61,16 @@ def validate(dataset: str, checks: Checks = Checks(), store: str | None = None) 
     return result
 
 
-@task(name="set-status")
-def set_status(ref: str, status: str, report: dict, store: str | None) -> None:
+@task(name="publish-version")
+def publish_version(ref: str, checks: Checks, store: str | None) -> dict:
+    """prefdata.publishing.publish_version; the checklist's outcome becomes artifacts before the status is set."""
+    from prefdata.publishing import publish_version as publish_stored
     from prefdata.store import Store
 
-    Store(store).set_status(ref, status, report=report)
+    published = publish_stored(Store(store), ref, show=lambda validation: _artifacts(validation.as_dict()),
+                               **_settings(checks))
+    return {"dataset": published.dataset, "status": published.status,
+            "report_dir": None if published.validation is None else str(published.validation.report_dir)}
 
 
 @task(name="trigger-training")
@@ -87,24 +86,11 @@ def trigger_training(ref: str, trigger: TrainTrigger, store: str | None) -> str:
 @flow(name="publish", description="Validate a draft; mark it validated only when the gate passes; maybe train.")
 def publish(dataset: str, checks: Checks = Checks(), train: TrainTrigger | None = None,
             store: str | None = None) -> dict:
-    from prefdata.errors import GateFailed
-    from prefdata.store import Store
-
     logger = get_run_logger()
-    st = Store(store)
-    v = st.get(dataset)
-    problems = st.verify(v.ref)
-    if problems:
-        raise GateFailed(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
-    if v.status == "validated":
-        logger.info("%s is already validated", v.ref)
-        return {"dataset": v.ref, "status": "validated", "train_flow_run": None}
-    result = validate(v.ref, checks, store)
-    if not result["passed"]:
-        set_status(v.ref, "rejected", result["report"], store)
-        failing = [c["id"] for c in result["report"]["checks"] if c["status"] in ("fail", "error")]
-        raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(failing)}); marked rejected")
-    set_status(v.ref, "validated", result["report"], store)
-    logger.info("%s: validated", v.ref)
-    run_id = trigger_training(v.ref, train, store) if train is not None else None
-    return {"dataset": v.ref, "status": "validated", "report_dir": result["report_dir"], "train_flow_run": run_id}
+    result = publish_version(dataset, checks, store)
+    if result["report_dir"] is None:
+        logger.info("%s is already validated", result["dataset"])
+        return {"dataset": result["dataset"], "status": "validated", "train_flow_run": None}
+    logger.info("%s: validated", result["dataset"])
+    run_id = trigger_training(result["dataset"], train, store) if train is not None else None
+    return {**result, "train_flow_run": run_id}

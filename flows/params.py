@@ -29,11 +29,15 @@ class Policy(_Params):
     api_key_env: str | None = Field(None, description="Environment variable holding the server's API key.")
     candidates: int = Field(4, ge=2, le=64, description="Candidates per prompt.")
     pairs: Literal["all", "random"] = Field("all", description="Which candidate pairs become comparisons.")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    max_new_tokens: int = Field(8, ge=1)
-    seed: int = 0
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 is greedy (and gives one distinct "
+                                                       "candidate per prompt).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens whose "
+                                                      "probability reaches top_p; 1 is off.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 is off (transformers would "
+                                            "otherwise apply its own top_k=50).")
+    max_new_tokens: int = Field(8, ge=1, description="Longest candidate, in tokens.")
+    seed: int = Field(0, description="Seed of the run: each chunk samples with a seed drawn from it and its "
+                                     "prompts, and random pairing draws from it, so a rerun gives the same candidates.")
     chunk_size: int = Field(8, ge=1, description="Prompts per sampling task: the unit of caching, resuming and fan-out.")
     requests_in_flight: int = Field(4, ge=1, description="Concurrent requests per sampling task (servers only).")
 
@@ -46,7 +50,8 @@ class Judge(_Params):
     base_url: str | None = Field(None, description="llm: the judge server.")
     model: str | None = Field(None, description="llm: the judge model's name; reward_model: its folder.")
     template: str = Field("pairwise-v1", description="llm: the versioned judge template.")
-    api_key_env: str | None = None
+    api_key_env: str | None = Field(None, description="llm: environment variable holding the judge server's API "
+                                                      "key (the key itself is never a parameter).")
     chunk_size: int = Field(16, ge=1, description="Pairs per judging task: the unit of caching, resuming and fan-out.")
     requests_in_flight: int = Field(4, ge=1, description="llm: concurrent requests inside one judging task.")
     limit: int = Field(4, ge=1, description="Judging tasks running at once, across all runs and workers (a Prefect "
@@ -80,21 +85,25 @@ class Routing(_Params):
     min_confidence: float = Field(0.8, ge=0, le=1, description="Judge verdicts below this go to humans.")
     human_categories: list[str] = Field(["safety"], description="Categories humans always label.")
     audit_share: float = Field(0.05, ge=0, le=1, description="Share of judge-decided pairs also sent to humans.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the audit draw: which decided pairs go to humans (hashed with each "
+                                     "pair id, so it does not depend on order).")
 
 
 class SimulatedAnnotators(_Params):
     k: int = Field(3, ge=1, description="Annotators, each voting on every queued pair.")
-    accuracy: float = Field(0.85, ge=0, le=1)
-    tie_rate: float = Field(0.05, ge=0, le=1)
-    seed: int = 0
+    accuracy: float = Field(0.85, ge=0, le=1, description="Probability an annotator's a/b vote picks the right "
+                                                          "side (and, when no side is better, that it says tie).")
+    tie_rate: float = Field(0.05, ge=0, le=1, description="Probability an annotator is unsure and votes tie when "
+                                                          "one side is right.")
+    seed: int = Field(0, description="Seed of every vote (hashed with the annotator and the pair: a vote never "
+                                     "changes between runs).")
     verifier: str = Field("prefdata.world:verify", description="module:function that tells them the truth.")
 
 
 class Argilla(_Params):
     url: str = Field(description="The Argilla server, e.g. http://127.0.0.1:6900.")
     dataset: str = Field(description="Argilla dataset name.")
-    workspace: str = "prefdata"
+    workspace: str = Field("prefdata", description="Argilla workspace the dataset lives in.")
     overlap: int = Field(1, ge=1, description="Annotators per record.")
     api_key_secret: str | None = Field(None, description="A Prefect Secret block holding the API key; None reads "
                                                          "ARGILLA_API_KEY from the environment.")
@@ -122,7 +131,8 @@ class Engine(_Params):
                                "Ray cluster (needs prefect-ray, not installed by default).")
     address: str | None = Field(None, description="A running Dask scheduler (tcp://host:8786) or Ray head "
                                                        "(ray://host:10001); None starts a local cluster for the run.")
-    dask_workers: int = Field(2, ge=1)
+    dask_workers: int = Field(2, ge=1, description="dask: worker processes of the local cluster started for the "
+                                                   "run (ignored with address).")
     cache_dir: str | None = Field(None, description="Where sampling and judging results persist (the resume cache); "
                                                     "None: Prefect's result storage ($PREFECT_HOME/storage).")
     refresh_cache: bool = Field(False, description="Sample and judge again even when cached.")

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from prefdata.errors import GateFailed, PrefdataError, UnusableInput
+from prefdata.errors import PrefdataError, UnusableInput
 
 app = typer.Typer(
     name="prefdata",
@@ -61,6 +61,8 @@ def import_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
     card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
     max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.")] = 1 << 20,
+    aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
+                                                "(weighted by each annotator's estimated quality).")] = "majority",
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
@@ -72,7 +74,9 @@ def import_cmd(
     from prefdata.gate import read_text
 
     guidelines = read_text(card)
-    result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track)
+    if aggregate not in ("majority", "dawid-skene"):
+        raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
+    result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track, aggregate=aggregate)
     summary = result.summary()
     if out is not None:
         summary["outputs"] = write_rows(result, out)
@@ -227,9 +231,34 @@ def _print_results(results, passed: bool) -> None:
     console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]", markup=True)
 
 
+def _checklist_items() -> dict[str, str]:
+    """Each check's checklist item, from the comment beside it in checks/checklist.yaml (the file a
+    user copies, so the listing and the file say the same)."""
+    import re
+    from importlib import resources
+
+    text = resources.files("prefdata.checks").joinpath("checklist.yaml").read_text(encoding="utf-8")
+    items = {m[1]: m[2].strip() for m in re.finditer(r"^  (\w+):[^#\n]*#\s*(.+)$", text, re.MULTILINE)}
+    # a comment that runs on to the next line is cut at its open bracket: the first line says the item
+    return {k: v[:v.rindex("(")].rstrip() if v.count("(") > v.count(")") else v for k, v in items.items()}
+
+
+def _list_checks(checklist: dict) -> None:
+    """`check --list-checks`: one line per check: id, checklist item, thresholds (or its waiver)."""
+    from prefdata.checks.checklist import _registry
+
+    items = _checklist_items()
+    width = max(map(len, _registry()))
+    for check_id in _registry():
+        params = dict(checklist["checks"].get(check_id) or {})
+        waived = params.pop("waive", None)
+        settings = f"waived: {waived}" if waived else ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
+        print(f"{check_id:{width}}  {items.get(check_id, '-')}  [{settings}]")
+
+
 @app.command()
 def check(
-    data: Annotated[str, typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")],
+    data: Annotated[Optional[str], typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")] = None,
     votes: Annotated[Optional[Path], typer.Option(help="Long votes table (pair_id, annotator, vote): a data file's, or "
                                                        "for NAME@VERSION a label audit's from `prefdata argilla pull`.")] = None,
     eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
@@ -240,6 +269,10 @@ def check(
     report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
     scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(help="The trainer's model folder: template_fit renders every pair with its tokenizer.")] = None,
+    max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (default: the config's, 1024).", min=1)] = None,
+    list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
+                                                                    "thresholds (with --config: that config's), then exit.")] = False,
     store: StoreOpt = None,
 ) -> int:
     """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""
@@ -247,8 +280,25 @@ def check(
     from prefdata.gate import load_inputs, run_gate
 
     checklist = load_config(config)
+    if list_checks:
+        _list_checks(checklist)
+        return 0
+    if data is None:
+        raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
+                            "or --list-checks to list the checks")
+    if max_length is not None:
+        checklist["checks"].setdefault("template_fit", {})["max_length"] = max_length
+    loaded_tokenizer = None
+    if tokenizer is not None:
+        from prefdata.checks.template_fit import load_tokenizer
+
+        try:
+            loaded_tokenizer = load_tokenizer(tokenizer)
+        except ValueError as exc:
+            raise UnusableInput(f"--tokenizer {exc}") from None
     inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
                                scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None)
+    inputs.tokenizer = loaded_tokenizer
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
     _write_json(json_path, {**outcome.report, "input": info})
     # what reading the file (and --votes) left out, said here too, not only in --json; the gate
@@ -305,32 +355,16 @@ def publish(
     store: StoreOpt = None,
 ) -> int:
     """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
-    from prefdata.checks.checklist import load_config
-    from prefdata.gate import load_inputs, run_gate
+    from prefdata.publishing import publish_version
     from prefdata.store import Store
 
-    st = Store(store)
-    v = st.get(ref)
-    problems = st.verify(v.ref)
-    if problems:
-        raise GateFailed(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
-    if v.status == "validated":
-        _console().print(f"{v.ref}: already validated")
-        return 0
-    report_dir = report_dir or Path(".prefdata") / "reports" / f"{v.name}-{v.version}"
-    checklist = load_config(config)
-    inputs, info = load_inputs(v.ref, eval_data=eval_data, reference_prompts=reference_prompts, scorer=scorer,
-                               store=store, docs_dir=report_dir / "gx")
-    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"publish {v.ref}")
-    report = {**outcome.report, "config": checklist, "strict": strict or bool(checklist.get("strict")), "input": info}
-    _print_results(outcome.results, outcome.passed)
-    _console().print(f"report: {report_dir}")
-    if not outcome.passed:
-        st.set_status(v.ref, "rejected", report=report)
-        failing = [r.id for r in outcome.results if r.status in ("fail", "error")]
-        raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(failing)}); marked rejected")
-    st.set_status(v.ref, "validated", report=report)
-    _console().print(f"{v.ref}: validated")
+    def show(validation) -> None:
+        _print_results(validation.outcome.results, validation.passed)
+        _console().print(f"report: {validation.report_dir}")
+
+    published = publish_version(Store(store), ref, show=show, config=config, strict=strict, report_dir=report_dir,
+                                scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts)
+    _console().print(f"{published.dataset}: {'already validated' if published.validation is None else 'validated'}")
     return 0
 
 
@@ -341,16 +375,27 @@ def train_command(
     config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's).")] = None,
     base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
     store: StoreOpt = None,
 ) -> int:
     """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
     from prefdata.trainers import train
 
     console = _console()
-    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print)
-    shown = {k: v for k, v in result.metrics.items() if k != "log"}
-    console.print(json.dumps(shown, indent=2, default=str))
-    console.print(f"model: {result.model_dir}\ncard: {result.card}")
+    verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
+    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,
+                   verbose=verbose)
+    if verbose:
+        console.print(json.dumps({k: v for k, v in result.metrics.items() if k != "log"}, indent=2, default=str))
+    else:  # the headline figures, one line each; every figure is on the card
+        before, after = result.metrics.get("before", {}), result.metrics.get("after", {})
+        figure = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+        for key in after:
+            console.print(f"{key}: {figure(before.get(key))} -> {figure(after[key])}")
+        if "heldout_pairwise_accuracy" in result.metrics:
+            console.print(f"heldout_pairwise_accuracy: {result.metrics['heldout_pairwise_accuracy']}")
+        console.print(f"steps: {result.metrics.get('steps')} in {result.metrics.get('seconds')} s")
+    console.print(f"model: {result.model_dir}\ncard: {result.card}\nlog: {result.model_dir / 'train.log'}")
     for warning in result.metrics.get("warnings", []):  # the run finished; these are on the card too
         _console(stderr=True).print(warning)
     return 0
@@ -395,7 +440,7 @@ def world_build(
     except ValueError as exc:  # the config's own validation names both values
         raise UnusableInput(f"--steps: {exc}") from None
     console = _console()
-    paths = build_world(config, cache, log=console.print, use_shipped=False)
+    paths = build_world(config, cache, log=console.print, use_shipped=False, judge=True)
     info = paths.info()
     console.print(f"world: {paths.root} ({'reused' if paths.reused else 'built'})")
     console.print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
@@ -443,6 +488,10 @@ def world_judge(
 from prefdata.flows.cli import serve as _serve  # noqa: E402 - typer only; Prefect loads inside the command
 
 app.command("serve")(_serve)
+
+from prefdata.collect_cli import collect_command as _collect  # noqa: E402 - typer only; the flow loads inside
+
+app.command("collect")(_collect)
 
 
 def main(argv: list[str] | None = None) -> None:

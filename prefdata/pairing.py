@@ -19,17 +19,14 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from prefdata.records import normalise_text, pair_id, prompt_id
-
-if TYPE_CHECKING:
-    from prefdata.sampling import Candidate
+from prefdata.records import Candidate, normalise_text, pair_id, prompt_id
 
 STRATEGIES = ("all", "random", "best_vs_worst")
 
 
-def _distinct(candidates: Sequence["Candidate"]) -> list[int]:
+def _distinct(candidates: Sequence[Candidate]) -> list[int]:
     """Indices of the first candidate of every distinct (normalised) text."""
     seen: set[str] = set()
     keep = []
@@ -41,11 +38,11 @@ def _distinct(candidates: Sequence["Candidate"]) -> list[int]:
     return keep
 
 
-def _sampling(c: "Candidate") -> str:
+def _sampling(c: Candidate) -> str:
     return json.dumps({"sampler": c.sampler, **c.params}, sort_keys=True)
 
 
-def build_pairs(prompt: str, candidates: Sequence["Candidate"], strategy: str = "all",
+def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "all",
                 scores: Sequence[float] | None = None, seed: int = 0) -> list[dict]:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -81,7 +78,7 @@ def build_pairs(prompt: str, candidates: Sequence["Candidate"], strategy: str = 
     return rows
 
 
-def sampler_lineage(candidates: Sequence["Candidate"]) -> list[dict]:
+def sampler_lineage(candidates: Sequence[Candidate]) -> list[dict]:
     """The distinct sampling setups behind `candidates`, for a version's lineage
     (`lineage["components"]["sampler"]`): one entry means one policy and one setup."""
     setups = {json.dumps({"model": c.model, "revision": c.model_revision, "sampler": c.sampler, **c.params},

@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Protocol
 
 from prefdata.errors import UnusableInput
+# Pairing lives in its own module (one job each); re-exported here because it is the next step.
+from prefdata.pairing import build_pairs, sampler_lineage  # noqa: F401
+from prefdata.records import Candidate
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _HUB_SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
@@ -51,23 +54,6 @@ class SamplingParams:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    prompt: str
-    text: str
-    model: str                   # the path or name the backend loaded
-    model_revision: str | None   # hub commit, "sha256:..." of a local checkpoint, or the server's fingerprint
-    params: dict                 # SamplingParams.as_dict() of the call
-    sampler: str                 # "transformers" | "openai" | "vllm"
-    index: int                   # 0..n-1 within its prompt
-    finish_reason: str | None = None  # "stop" (eos or stop string) or "length"
-    request_seed: int | None = None   # the per-request seed, for backends that take one per request
-
-    @property
-    def policy(self) -> str:
-        return f"{self.model}@{self.model_revision}" if self.model_revision else self.model
 
 
 class Sampler(Protocol):
@@ -257,6 +243,3 @@ class VLLMSampler:
         return [[Candidate(p, c.text, self.model_path, self.revision, params.as_dict(), self.name, j, c.finish_reason)
                  for j, c in enumerate(out.outputs)] for p, out in zip(prompts, self._llm.generate(prompts, sp))]
 
-
-# Pairing lives in its own module (one job each); re-exported here because it is the next step.
-from prefdata.pairing import build_pairs, sampler_lineage  # noqa: E402,F401

@@ -141,3 +141,26 @@ def test_versions_and_show_never_cut_ids_in_80_columns_or_a_pipe(tmp_path):
     assert sorted(r["id"] for r in records) == sorted(refs)
     for r in records:  # the whole manifest, with its full id
         assert r["id"] == f"{r['name']}@{r['version']}" and r["status"] == "draft" and r["files"] and r["counts"]["rows"]
+
+
+def test_check_lists_each_check_with_its_checklist_item_and_thresholds(tmp_path):
+    from prefdata.checks.checklist import _registry
+
+    done = run("check", "--list-checks", env={"COLUMNS": "250"})
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert set(_registry()) <= set(lines)
+    assert "item 3" in lines["length_ratio"] and "max_ratio=2.0" in lines["length_ratio"]
+    assert "item 10" in lines["min_size"] and "min_pairs=10000" in lines["min_size"]
+    # a config's thresholds and waivers are the ones listed
+    config = tmp_path / "c.yaml"
+    config.write_text("checks:\n  length_ratio: {max_ratio: 3.0}\n  min_size: {waive: toy set}\n")
+    done = run("check", "--list-checks", "--config", str(config), env={"COLUMNS": "250"})
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert "max_ratio=3.0" in lines["length_ratio"] and "waived: toy set" in lines["min_size"]
+
+
+def test_check_without_data_or_list_checks_is_one_line_exit_2():
+    done = run("check")
+    assert done.returncode == 2 and "--list-checks" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

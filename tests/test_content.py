@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from prefdata.checks import content
+from prefdata.checks import frames, ngrams
 from prefdata.checks.content import (
     DEFAULT_CATEGORY_MAP,
     LexiconScorer,
@@ -156,7 +156,7 @@ def test_lexicon_scorer_protocol_and_validation():
 
 def _tiny_text_classifier(path):
     """A 1-layer BERT with random weights and a word-level tokenizer, saved like a real model."""
-    torch = pytest.importorskip("torch")
+    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
 
@@ -315,9 +315,9 @@ def _reference_overlap(prompt: str, response: str, n: int) -> tuple[int, int, in
 @pytest.mark.parametrize("chunk_bytes, block_bytes", [(None, None), (300, None), (300, 2000)])
 def test_word_ngram_overlap_matches_plain_python(monkeypatch, chunk_bytes, block_bytes):
     if chunk_bytes:  # many small chunks: rows and words meet chunk edges
-        monkeypatch.setattr(content, "_CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(ngrams, "CHUNK_BYTES", chunk_bytes)
     if block_bytes:  # the Arrow buffers made a few chunks at a time
-        monkeypatch.setattr(content, "_BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(frames, "BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(7)
     vocab = ["the", "The", "cat", "sat", "on", "mat", "über", "naïve", "a.", "A.", "x" * 20, "x" * 19 + "y",
              "é" * 9, "42", "ÀB"]
@@ -428,7 +428,7 @@ def test_leakage_finds_injected_leaks_at_scale():
     assert check_answer_leakage(frame, max_overlap=0.2).n_offending == 400
     # rows are checked a block at a time: small blocks change nothing
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(content, "_BLOCK_BYTES", 50_000)
+        mp.setattr(frames, "BLOCK_BYTES", 50_000)
         small = check_answer_leakage(frame)
     assert (small.offending, small.metric, small.details) == (result.offending, result.metric, result.details)
 

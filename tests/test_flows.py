@@ -130,6 +130,15 @@ def test_collect_stores_a_draft_labelled_by_judge_and_humans(collected, world):
     assert "Prefer the answer that is arithmetically right." in st.read_text(v.ref, "README.md")
 
 
+TOY_WAIVERS = textwrap.dedent("""\
+    checks:
+      min_size: {waive: "a 12-prompt test set"}
+      category_coverage: {waive: "arithmetic only"}
+      agreement: {waive: "queued pairs are mostly ties: alpha is undefined-ish on one class"}
+      near_duplicates: {waive: "arithmetic answers differ by one digit"}
+""")
+
+
 def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(collected, prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -156,13 +165,7 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
 
     # With the toy's waivers it passes, becomes validated, and schedules the training deployment.
     waivers = tmp / "toy-checklist.yaml"
-    waivers.write_text(textwrap.dedent("""\
-        checks:
-          min_size: {waive: "a 12-prompt test set"}
-          category_coverage: {waive: "arithmetic only"}
-          agreement: {waive: "queued pairs are mostly ties: alpha is undefined-ish on one class"}
-          near_duplicates: {waive: "arithmetic answers differ by one digit"}
-    """))
+    waivers.write_text(TOY_WAIVERS)
     train.to_deployment("train").apply()
     out = publish(result["version"], Checks(config=str(waivers), report_dir=str(tmp / "report")),
                   train=TrainTrigger(deployment="train/train", method="dpo", base_model="world"), store=store)
@@ -190,12 +193,18 @@ def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
 
 
 def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api, tmp_path):
+    import shutil
+
     from prefdata.flows.train import train
+    from prefdata.publishing import publish_version
 
     tmp, result = collected
-    store = str(tmp / "store")
-    if Store(store).get(result["version"]).status != "validated":
-        pytest.skip("needs the publish test's validated version")
+    # Its own copy of the collected store, published here with the toy's waivers: this test needs
+    # no other test to have run first, and leaves the shared one as it found it.
+    store = str(tmp_path / "store")
+    shutil.copytree(tmp / "store", store)
+    (tmp_path / "waivers.yaml").write_text(TOY_WAIVERS)
+    publish_version(Store(store), result["version"], config=tmp_path / "waivers.yaml", report_dir=tmp_path / "report")
     out = train(result["version"], Training(method="dpo", base_model="world", output_dir=str(tmp_path / "model"),
                                             config={"max_steps": 2}), store)
     assert Path(out["model_dir"]).is_dir() and Path(out["card"]).is_file() and out["metrics"]
@@ -479,3 +488,20 @@ def test_the_train_and_publish_flows_refuse_a_hand_edited_status(prefect_api, tm
         train(v.ref, Training(), store)
     with pytest.raises(GateFailed, match="has no signature"):
         publish(v.ref, store=store)
+
+
+def test_every_flow_parameter_has_a_description():
+    """The Prefect UI builds its run form from these models: a field without a description is a
+    setting nobody can read about."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    from prefdata.flows import params
+
+    models = [m for _, m in inspect.getmembers(params, inspect.isclass)
+              if issubclass(m, BaseModel) and m.__module__ == params.__name__ and not m.__name__.startswith("_")]
+    assert len(models) >= 10
+    missing = [f"{m.__name__}.{name}" for m in models for name, field in m.model_fields.items()
+               if not (field.description or "").strip()]
+    assert missing == []

@@ -53,7 +53,9 @@ def main(host: str, port: int) -> None:
     spec = importlib.util.spec_from_file_location("prefdata_sql_search", HERE / "sql_search.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # registers the engine
-    assert module.ENGINE_NAME == os.environ["ARGILLA_SEARCH_ENGINE"]
+    if module.ENGINE_NAME != os.environ["ARGILLA_SEARCH_ENGINE"]:  # the server would fall back to another engine
+        raise RuntimeError(f"sql_search.py registers the engine {module.ENGINE_NAME!r}, but the server is told to use "
+                           f"{os.environ['ARGILLA_SEARCH_ENGINE']!r}")
 
     import uvicorn
     from argilla_server._app import app

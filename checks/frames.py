@@ -1,0 +1,59 @@
+"""Helpers shared by the checks that work on frames of text: the ids of flagged rows, row blocks of
+a bounded size, and text columns as UTF-8 byte buffers for the numpy engines (checks/ngrams.py,
+checks/tfidf.py). No check lives here.
+
+checks/dedup.py still has its own `_row_blocks` (over several columns); it moves here once its
+engine settles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+BLOCK_BYTES = 1 << 25  # text a check converts (normalises, copies to Arrow buffers) at a time: 32 MiB
+
+
+def ids(frame: pl.DataFrame, mask: np.ndarray | pl.Series | pl.Expr, limit: int | None = None) -> tuple[str, ...]:
+    """Ids of the rows where `mask` holds, in row order (`id`, else `pair_id`, else the row number;
+    a null id is ""); the first `limit` of them when given."""
+    if isinstance(mask, np.ndarray):
+        mask = pl.Series(mask, dtype=pl.Boolean)
+    if "id" in frame.columns:
+        column = pl.col("id").cast(pl.String).fill_null("")
+    elif "pair_id" in frame.columns:
+        column = pl.col("pair_id").cast(pl.String).fill_null("")
+    else:
+        column = pl.int_range(pl.len()).cast(pl.String)
+    picked = column.filter(mask)
+    return tuple(frame.select(picked if limit is None else picked.head(limit)).to_series().to_list())
+
+
+def len_bytes(texts: pl.Series) -> np.ndarray:
+    """UTF-8 bytes of each text (0 for null), as int64."""
+    return texts.str.len_bytes().fill_null(0).cast(pl.Int64).to_numpy()
+
+
+def row_blocks(row_bytes: np.ndarray, block_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive row ranges [a, b) of about `block_bytes` (default BLOCK_BYTES) bytes of text."""
+    if row_bytes.size == 0:
+        return []
+    cum = np.cumsum(row_bytes + 1)
+    step = block_bytes or BLOCK_BYTES
+    cuts = np.searchsorted(cum, np.arange(step, int(cum[-1]), step, dtype=np.int64), "right")
+    edges = np.unique(np.concatenate([[0], cuts, [row_bytes.size]]))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The texts' UTF-8 bytes back to back (a read-only view, no copy) and int64 offsets (n + 1)."""
+    import pyarrow as pa
+
+    arr = texts.cast(pl.String).fill_null("").to_arrow()
+    if hasattr(arr, "combine_chunks"):
+        arr = arr.combine_chunks()
+    arr = arr.cast(pa.large_string())
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
