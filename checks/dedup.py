@@ -3,9 +3,9 @@
 Deduplication is one of the seed's three filters ("去重 + 长度过滤": dedup + length filtering).
 
 Exact duplicates (`check_exact_duplicates`) compare texts after the same normalisation as
-`prefdata.records.normalise_text` (unicode NFKC, whitespace collapsed and stripped, case folded),
-vectorised in polars. The one difference: polars lower-cases where Python case-folds, which differs
-only for a handful of characters (e.g. German "ß" stays "ß" instead of becoming "ss").
+`prefdata.records.normalise_text` (unicode NFKC, Unicode case folding, whitespace collapsed and
+stripped), through its polars twin `records.normalise_series`: identical results, so rows with one
+`pair_id` are exact duplicates here.
 
 Near duplicates (`check_near_duplicates`, `find_near_duplicates`) use MinHash-LSH over shingles of
 the normalised text, vectorised with numpy and polars so a million 200-character prompts take
@@ -45,6 +45,12 @@ seconds, not minutes. The pipeline:
    linked pair really has "Jaccard of byte n-gram sets >= threshold" (no false positives; a
    cluster may chain such pairs, as any transitive dedup does). Skipping
    connected pairs keeps templated data (thousands of prompts sharing most of their text) cheap.
+   Reused text (a chosen reply shared by three sibling pairs, canned refusals) makes many pairs
+   candidates at Jaccard 0.4-0.7, so before exact verification a candidate is screened on its
+   signatures (`_Screen`: 8 bits of each value; dropped when its estimate is SCREEN_SIGMAS
+   deviations below the threshold), and a pair found below the threshold is remembered and never
+   verified again when it meets in another band. `n_lsh_candidates`, `n_screened_out` and
+   `n_candidate_pairs` (exact verifications) in the result's details count this work.
 6. Clusters: verified pairs are unioned (vectorised union-find, roots = smallest index), i.e.
    clusters are connected components; each cluster's first row (in frame order) is kept, every
    later member is offending.
@@ -60,6 +66,8 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 import polars as pl
+
+from prefdata import records
 
 from .base import CheckResult, skip
 
@@ -86,6 +94,15 @@ CHUNK_TEXTS = 1 << 15
 VERIFY_BATCH = 20_000
 # Within a batch, bytes of text whose exact shingle sets are built at once (~60 bytes each).
 VERIFY_BYTES = 1 << 22
+# The signature screen (step 5): a candidate whose Jaccard, estimated from 8 bits of each of its
+# `num_perm` signature values, lies more than SCREEN_SIGMAS standard deviations below the threshold
+# is dropped without exact verification. At 128 values and J = 0.8 the estimate's deviation is
+# 0.035, so the cut sits at ~0.59 and a pair at the threshold is lost with probability < 1e-9.
+SCREEN_SIGMAS = 6.0
+# The screen applies only when both texts have at least this many bytes per signature value: then
+# nearly every one-permutation bin holds a shingle of its own, and the values behave as independent
+# draws (short texts borrow values across empty bins, which widens the estimate's spread).
+SCREEN_MIN_BYTES_PER_VALUE = 2
 MAX_SAMPLE_CLUSTERS = 20
 MAX_SAMPLE_MEMBERS = 20
 
@@ -99,22 +116,9 @@ _M3 = np.uint64(0x94D049BB133111EB)
 # normalisation
 
 
-# Python's str.isspace() also counts the ASCII separators \x1c-\x1f; Rust's \s does not.
-_WS_RUN = r"(?:\s|[\x1c-\x1f]){2,}|[^\S ]|[\x1c-\x1f]"
-
-
-def normalise_series(texts: pl.Series) -> pl.Series:
-    """`records.normalise_text` vectorised: NFKC, lower case, whitespace runs -> one space, stripped.
-
-    Fast paths: NFKC runs only on rows with non-ASCII bytes (NFKC leaves ASCII unchanged), and the
-    whitespace regex only rewrites runs that are not already a single space.
-    """
-    s = texts.cast(pl.String).fill_null("")
-    non_ascii = s.str.len_bytes() != s.str.len_chars()
-    if non_ascii.any():
-        rows = non_ascii.arg_true()
-        s = s.scatter(rows, s.gather(rows).str.normalize("NFKC"))
-    return s.str.to_lowercase().str.replace_all(_WS_RUN, " ").str.strip_chars()
+# the one normaliser (prefdata.records): NFKC, Unicode case folding, whitespace; re-exported here
+# as the duplicate checks' block normaliser
+normalise_series = records.normalise_series
 
 
 def _hash_key(columns: Sequence[pl.Series], seed: int = 0) -> np.ndarray:
@@ -495,11 +499,19 @@ def _shingle_sets(texts: pl.Series, ngram: int) -> tuple[np.ndarray, np.ndarray,
 def _verify(
     texts: Callable[[np.ndarray], pl.Series], a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the candidate pairs whose exact shingle-set Jaccard is >= threshold (`texts(docs)` gives
+    """The candidate pairs (a, b) whose exact shingle-set Jaccard is >= threshold (see _verify_mask)."""
+    keep = _verify_mask(texts, a, b, ngram, threshold)
+    return a[keep], b[keep]
+
+
+def _verify_mask(
+    texts: Callable[[np.ndarray], pl.Series], a: np.ndarray, b: np.ndarray, ngram: int, threshold: float
+) -> np.ndarray:
+    """Per candidate pair: is its exact shingle-set Jaccard >= threshold? (`texts(docs)` gives
     the texts of the documents `docs`). The shingle sets take ~60 bytes per text byte, so they are
     built for consecutive runs of pairs of at most VERIFY_BYTES bytes of text at a time."""
     if a.size == 0:
-        return a, b
+        return np.zeros(0, dtype=bool)
     docs, inverse = _dense_ids(np.concatenate([a, b]))
     doc_texts = texts(docs)
     la, lb = inverse[: a.size], inverse[a.size :]
@@ -510,7 +522,7 @@ def _verify(
     keep = np.zeros(a.size, dtype=bool)
     for e0, e1 in zip(edges[:-1], edges[1:]):
         keep[e0:e1] = _jaccard_reaches(doc_texts, la[e0:e1], lb[e0:e1], ngram, threshold)
-    return a[keep], b[keep]
+    return keep
 
 
 def _jaccard_reaches(
@@ -646,6 +658,8 @@ class NearDuplicates:
     n_candidate_pairs: int  # candidate pairs whose exact Jaccard was computed
     n_verified_pairs: int  # of those, pairs at or above the threshold
     exact: np.ndarray | None = None
+    n_lsh_candidates: int = 0  # candidate pairs from the LSH bands (not already connected)
+    n_screened_out: int = 0  # of those, dropped by the signature estimate before exact verification
 
     @property
     def flagged(self) -> np.ndarray:
@@ -712,6 +726,39 @@ def _chunk_bounds(offsets: np.ndarray) -> list[int]:
     return bounds
 
 
+def _distinct_edges(buckets: list[tuple[np.ndarray, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate edges (a < b) of all bands, each pair once, ordered by (a, b): deduplicated
+    band by band, so at most one band's edges are held twice."""
+    seen = pl.Series("k", [], dtype=pl.UInt64)
+    for members, bucket in buckets:
+        a, b = _band_edges(members, bucket)
+        keys = pl.Series("k", a.astype(np.uint64) * np.uint64(m) + b.astype(np.uint64), dtype=pl.UInt64)
+        seen = pl.concat([seen, keys]).unique()
+    keys = seen.sort().to_numpy()
+    return (keys // np.uint64(m)).astype(np.int64), (keys % np.uint64(m)).astype(np.int64)
+
+
+class _Screen:
+    """Keep the candidate pairs whose Jaccard estimate (the share of equal 8-bit signature values,
+    corrected for chance 8-bit matches) is within SCREEN_SIGMAS deviations of the threshold, or
+    that involve a text too short for the estimate to be trusted (`screenable` false)."""
+
+    def __init__(self, sketch: np.ndarray, screenable: np.ndarray, threshold: float):
+        self.sketch, self.screenable = sketch, screenable
+        k = sketch.shape[1]
+        chance = 1.0 / 256.0
+        sigma = math.sqrt(threshold * (1.0 - threshold) / k)
+        # the estimate is (share of equal values - chance) / (1 - chance): cut on the share itself
+        cut = threshold - SCREEN_SIGMAS * sigma
+        self.min_equal = max(0.0, cut) * (1.0 - chance) + chance
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.size == 0:
+            return np.zeros(0, dtype=bool)
+        equal = (self.sketch[a] == self.sketch[b]).mean(axis=1)
+        return (equal >= self.min_equal - 1e-12) | ~(self.screenable[a] & self.screenable[b])
+
+
 def _find_near_duplicates(
     texts: _Texts,
     *,
@@ -740,6 +787,10 @@ def _find_near_duplicates(
         densify = _Densifier(num_perm, seed)
         key = np.empty(n, dtype=np.uint64)
         band_keys = np.empty((bands, n), dtype=np.uint64)
+        # 8 bits of each signature value (num_perm bytes a row) for the screen in step 5, and
+        # whether the row's text is long enough for the screen to apply
+        sketch = np.empty((n, num_perm), dtype=np.uint8)
+        screenable = np.empty(n, dtype=bool)
         for a, b in texts.blocks():
             block = texts.text((a, b))
             key[a:b] = _hash_key([block], seed)
@@ -751,6 +802,9 @@ def _find_near_duplicates(
                 d0, d1 = bounds[i], bounds[i + 1]
                 sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
                 band_keys[:, a + d0 : a + d1] = _band_keys(sig, bands, rows)
+                sketch[a + d0 : a + d1] = sig.astype(np.uint8)  # the low 8 bits
+                lengths = offsets[d0 + 1 : d1 + 1] - offsets[d0:d1]
+                screenable[a + d0 : a + d1] = lengths >= SCREEN_MIN_BYTES_PER_VALUE * num_perm + ngram
 
             if pool:
                 list(pool.map(work, range(len(bounds) - 1)))
@@ -783,22 +837,35 @@ def _find_near_duplicates(
     def unique_texts(u: np.ndarray) -> pl.Series:
         return texts.text(first_rows[u])
 
+    # Reuse (a chosen reply shared by sibling pairs, canned refusals) makes thousands of pairs
+    # candidates at Jaccard 0.4-0.7: the screen drops those on their signatures' estimate, so exact
+    # verification (the costly part) runs on the pairs near or above the threshold only.
+    if m < n:
+        sketch, screenable = sketch[first_rows], screenable[first_rows]
+    screen = _Screen(sketch, screenable, threshold)
+    # Every band's candidate pairs, each distinct pair once: the same two texts meet in many bands
+    # (a shared reply puts them in one bucket band after band, and a big bucket's star keeps its
+    # centre), and each pair is screened and verified at most once.
+    a, b = _distinct_edges(buckets, m)
+    del buckets
     uf = _UnionFind(m)
-    n_checked = n_verified = 0
-    for members, bucket in buckets:
-        a, b = _band_edges(members, bucket)
-        for s0 in range(0, a.size, VERIFY_BATCH):
-            ea, eb = a[s0 : s0 + VERIFY_BATCH], b[s0 : s0 + VERIFY_BATCH]
-            apart = uf.find(ea) != uf.find(eb)
-            ea, eb = ea[apart], eb[apart]
-            if ea.size == 0:
-                continue
-            va, vb = _verify(unique_texts, ea, eb, ngram, threshold)
-            n_checked += int(ea.size)
-            n_verified += int(va.size)
-            uf.union(va, vb)
+    n_checked = n_verified = n_candidates = 0
+    for s0 in range(0, a.size, VERIFY_BATCH):
+        ea, eb = a[s0 : s0 + VERIFY_BATCH], b[s0 : s0 + VERIFY_BATCH]
+        apart = uf.find(ea) != uf.find(eb)
+        ea, eb = ea[apart], eb[apart]
+        n_candidates += int(ea.size)
+        keep = screen(ea, eb)
+        ea, eb = ea[keep], eb[keep]
+        if ea.size == 0:
+            continue
+        va, vb = _verify(unique_texts, ea, eb, ngram, threshold)
+        n_checked += int(ea.size)
+        n_verified += int(va.size)
+        uf.union(va, vb)
     cluster = first_rows[uf.labels()[u_of_row]]
-    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact)
+    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact,
+                          n_lsh_candidates=n_candidates, n_screened_out=n_candidates - n_checked)
 
 
 def check_near_duplicates(
@@ -860,6 +927,9 @@ def check_near_duplicates(
         "n_unique_texts": found.n_unique_texts,
         "n_candidate_pairs": found.n_candidate_pairs,
         "n_verified_pairs": found.n_verified_pairs,
+        # the work reuse creates, bounded: LSH candidates, and those the signature screen dropped
+        "n_lsh_candidates": found.n_lsh_candidates,
+        "n_screened_out": found.n_screened_out,
     }
     message = (
         f"{len(offending)} of {n} rows are near duplicates ({scope}, Jaccard >= {threshold}) "

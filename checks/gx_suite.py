@@ -17,9 +17,19 @@ whose metric is the observed row count. threshold is the rule's own bound where 
 (max_text_chars, max_length_ratio, min_rows), else None: every rule tolerates zero offending rows.
 offending lists the distinct `id`s of the offending rows; details["n_offending"] counts rows.
 
-GX validates pandas, not polars: the frame is converted here, at the boundary, with only the
-columns the suite reads, and the length ratio is computed in polars first (one vectorised pass)
-so GX checks a plain float column.
+GX validates pandas, not polars, and a pandas copy of a million pairs' text is ~1 GB and ~15 s.
+So GX is handed numbers derived from the text in one vectorised polars pass, and validates those:
+
+    <col>_chars   length in characters of id/prompt/chosen/rejected, null where the text is null
+                  (not_null and length rules; a length is null exactly when its text is)
+    id_key        dense rank of the id: equal exactly when the ids are equal (unique rule)
+    length_ratio  longer / shorter response (length_ratio rule)
+    category_code position of the category among the distinct categories (category rule, whose
+                  value set is the codes of the allowed names)
+    row           the row number, the frame's index too: GX reports offending rows by it, and they
+                  are mapped back to ids here
+
+Each rule flags exactly the rows the same rule on the text would (tests/test_gx_suite.py).
 """
 
 from __future__ import annotations
@@ -74,20 +84,30 @@ def _quiet_gx() -> Iterator[None]:
         logger.setLevel(previous)
 
 
-def _to_pandas(pairs: pl.DataFrame, with_category: bool) -> Any:
-    import pandas as pd
-    columns = [pl.col(c).cast(pl.String) for c in REQUIRED_COLUMNS]
-    if with_category:
-        # Categorical/Enum become plain strings so value_set membership compares text with text.
-        columns.append(pl.col("category").cast(pl.String))
-    frame = pairs.select(*columns).with_columns(length_ratios(pairs))
-    # pandas >= 3 stores these as pyarrow-backed `str`, so GX's .str.len() and comparisons stay
-    # vectorised; only the columns the suite reads cross the boundary.
+def _category_codes(pairs: pl.DataFrame, categories: list[str]) -> tuple[pl.Expr, list[int]]:
+    """The category column as integer codes (null stays null: GX skips nulls in value rules, as it
+    does for text) and the codes of the allowed categories."""
+    seen = pairs.get_column("category").cast(pl.String).drop_nulls().unique().sort().to_list()
+    names = sorted(set(seen) | set(categories))
+    code = pl.col("category").cast(pl.String).replace_strict(names, list(range(len(names))), default=None,
+                                                               return_dtype=pl.Int32)
+    return code.alias("category_code"), [names.index(c) for c in categories]
+
+
+def _to_pandas(pairs: pl.DataFrame, category: pl.Expr | None) -> Any:
+    """The numbers GX validates (see the module docstring), as a pandas frame indexed by row number.
+    Only these cross the boundary: ~40 bytes a row instead of the text."""
+    columns = [pl.col(c).cast(pl.String).str.len_chars().cast(pl.Int64).alias(f"{c}_chars") for c in REQUIRED_COLUMNS]
+    columns.append(pl.col("id").cast(pl.String).rank("dense").cast(pl.Int64).alias("id_key"))
+    if category is not None:
+        columns.append(category)
+    frame = pairs.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), *columns).with_columns(
+        length_ratios(pairs))
     df = frame.to_pandas()
-    # The ids also become the (named) index: GX then reads offending ids straight off the index
-    # instead of one df.at[row, "id"] lookup per offending row (~100 us each: 100 s when 1M rows
-    # fail). The `id` column stays, for the not-null and unique rules.
-    df.index = pd.Index(df["id"].to_numpy(), name="id")
+    # pandas has no nullable ints by default: a column with nulls becomes float (NaN), which GX
+    # treats as missing, exactly as it treated the null text
+    df.index = df["row"].to_numpy()
+    df.index.name = "row"
     return df
 
 
@@ -97,16 +117,16 @@ def _suite(gx: Any, *, max_length_ratio: float, max_text_chars: int, min_rows: i
     gxe = gx.expectations
     rules: list[tuple[str, Any, float | None]] = []
     for col in REQUIRED_COLUMNS:
-        rules.append((f"not_null.{col}", gxe.ExpectColumnValuesToNotBeNull(column=col), None))
-    rules.append(("unique.id", gxe.ExpectColumnValuesToBeUnique(column="id"), None))
+        rules.append((f"not_null.{col}", gxe.ExpectColumnValuesToNotBeNull(column=f"{col}_chars"), None))
+    rules.append(("unique.id", gxe.ExpectColumnValuesToBeUnique(column="id_key"), None))
     for col, low in (("prompt", 1), ("chosen", 0), ("rejected", 0)):
-        rule = gxe.ExpectColumnValueLengthsToBeBetween(column=col, min_value=low, max_value=max_text_chars)
+        rule = gxe.ExpectColumnValuesToBeBetween(column=f"{col}_chars", min_value=low, max_value=max_text_chars)
         rules.append((f"length.{col}", rule, float(max_text_chars)))
     ratio = gxe.ExpectColumnValuesToBeBetween(column="length_ratio", max_value=max_length_ratio)
     rules.append(("length_ratio", ratio, float(max_length_ratio)))
     rules.append(("row_count", gxe.ExpectTableRowCountToBeBetween(min_value=min_rows), float(min_rows)))
-    if categories is not None:
-        in_set = gxe.ExpectColumnValuesToBeInSet(column="category", value_set=list(categories))
+    if categories is not None:  # here: the allowed categories' codes (_category_codes)
+        in_set = gxe.ExpectColumnValuesToBeInSet(column="category_code", value_set=list(categories))
         rules.append(("category_set", in_set, None))
 
     suite = gx.ExpectationSuite(name="prefdata_pairs")
@@ -119,19 +139,21 @@ def _suite(gx: Any, *, max_length_ratio: float, max_text_chars: int, min_rows: i
     return suite, thresholds
 
 
-def _distinct_ids(index_list: list[dict[str, Any]] | None) -> tuple[str, ...]:
-    """Offending ids from GX's unexpected_index_list, in row order, each id once (a duplicated id
-    is listed for every copy). With exclude_unexpected_values GX gives one dict {"id": [ids...]};
-    without it, one dict per row {"id": id, <column>: value}; both are read."""
-    ids: dict[str, None] = {}  # ordered set
+def _distinct_ids(index_list: list[dict[str, Any]] | None, ids: pl.Series) -> tuple[str, ...]:
+    """Offending ids from GX's unexpected_index_list (row numbers), in row order, each id once (a
+    duplicated id is listed for every copy). With exclude_unexpected_values GX gives one dict
+    {"row": [rows...]}; without it, one dict per row {"row": row, <column>: value}; both are read."""
+    rows: list[int] = []
     for entry in index_list or ():
-        values = entry.get("id")
-        for value in values if isinstance(values, list) else [values]:
-            ids[_NULL_ID if value is None or value != value else str(value)] = None  # NaN != NaN
-    return tuple(ids)
+        values = entry.get("row")
+        rows.extend(int(v) for v in (values if isinstance(values, list) else [values]))
+    if not rows:
+        return ()
+    found = ids.gather(sorted(rows)).cast(pl.String).fill_null(_NULL_ID)
+    return tuple(found.unique(maintain_order=True).to_list())
 
 
-def _to_check_result(result: Any, thresholds: dict[str, float | None]) -> CheckResult:
+def _to_check_result(result: Any, thresholds: dict[str, float | None], ids: pl.Series) -> CheckResult:
     config = result.expectation_config
     check_id = (config.meta or {}).get("check_id", f"{CHECK_PREFIX}.{config.type}")
     threshold = thresholds.get(check_id)
@@ -153,7 +175,7 @@ def _to_check_result(result: Any, thresholds: dict[str, float | None]) -> CheckR
 
     n_rows, n_bad = stats.get("element_count", 0), stats.get("unexpected_count", 0) or 0
     percent = stats.get("unexpected_percent")
-    offending = _distinct_ids(stats.get("unexpected_index_list"))
+    offending = _distinct_ids(stats.get("unexpected_index_list"), ids)
     details.update(n_offending=n_bad, element_count=n_rows, missing_count=stats.get("missing_count"))
     rule = check_id.removeprefix(f"{CHECK_PREFIX}.")
     message = f"{n_bad} of {n_rows} rows break {rule}" if n_bad else f"all {n_rows} rows satisfy {rule}"
@@ -200,8 +222,9 @@ def _run(pairs: pl.DataFrame, *, max_length_ratio: float, max_text_chars: int, m
     batch = (context.data_sources.add_pandas("prefdata")
              .add_dataframe_asset("pairs")
              .add_batch_definition_whole_dataframe("all_pairs"))
+    category, codes = _category_codes(pairs, categories) if categories is not None else (None, None)
     suite, thresholds = _suite(gx, max_length_ratio=max_length_ratio, max_text_chars=max_text_chars,
-                               min_rows=min_rows, categories=categories)
+                               min_rows=min_rows, categories=codes)
     suite = context.suites.add(suite)
     validation = context.validation_definitions.add(
         gx.ValidationDefinition(name="prefdata_pairs", data=batch, suite=suite))
@@ -223,16 +246,17 @@ def _run(pairs: pl.DataFrame, *, max_length_ratio: float, max_text_chars: int, m
         name="prefdata_checklist",
         validation_definitions=[validation],
         actions=actions,
-        # COMPLETE: every offending row, identified by `id` rather than a row number. The values
-        # themselves (whole responses) are left out: they would be copied into the in-memory
-        # results store and dominate the run time when many rows fail.
-        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"],
+        # COMPLETE: every offending row, by row number (mapped to ids in _distinct_ids). The values
+        # themselves are left out: they would be copied into the in-memory results store and
+        # dominate the run time when many rows fail.
+        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["row"],
                        "exclude_unexpected_values": True, "return_unexpected_index_query": False},
     ))
-    frame = _to_pandas(pairs, with_category=categories is not None)
+    frame = _to_pandas(pairs, category)
     outcome = checkpoint.run(batch_parameters={"dataframe": frame})
+    del frame
 
-    results = [_to_check_result(r, thresholds)
+    results = [_to_check_result(r, thresholds, pairs.get_column("id"))
                for run in outcome.run_results.values() for r in run.results]
     order = list(thresholds)  # GX groups results by metric; report in the suite's order
     return sorted(results, key=lambda r: order.index(r.id) if r.id in order else len(order))

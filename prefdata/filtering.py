@@ -53,7 +53,9 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)
     counts = {"read": pairs.height, "kept": kept.height, "quarantined": len(quarantine), "pairs": kept.height,
               "unresolved": {}, "reasons": dict(reasons.iter_rows()) if quarantine else {}, "format": "filtered"}
-    assert counts["read"] == counts["kept"] + counts["quarantined"], "filter counts do not reconcile"
+    if counts["read"] != counts["kept"] + counts["quarantined"]:  # a bug, never the user's input
+        raise RuntimeError(f"filter counts do not reconcile: read {counts['read']} != kept {counts['kept']} "
+                           f"+ quarantined {counts['quarantined']}")
     lineage = {
         "parent": parent.ref,
         "sources": parent.manifest["lineage"].get("sources", []),

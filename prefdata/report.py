@@ -4,6 +4,8 @@ report.json  what programs read (report_json)          report.md   what a PR com
 junit.xml    what any CI test tab shows                 report.html one self-contained page with
                                                                     plots as inline SVG: opens
                                                                     offline, nothing to fetch
+offending/<check id>.txt  every offending id of a check, one per line (report.json keeps the first
+                          1,000 and says `offending_truncated` and `offending_file`)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from prefdata.checks.base import CheckResult
+from prefdata.checks.base import MAX_LISTED_OFFENDERS, CheckResult
 
 STATUSES = ("pass", "fail", "error", "skip")
 COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#9a6700", "skip": "#6e7781"}
@@ -28,6 +30,8 @@ MAX_BARS = 40  # an HTML bar chart beyond this is unreadable; the lowest values 
 RATIO_BINS = 18
 # XML 1.0 cannot carry most control characters; ids and messages come from data, so strip them.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+OFFENDING_DIR = "offending"
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _passed(results: Sequence[CheckResult]) -> bool:
@@ -48,8 +52,37 @@ def _summary(results: Sequence[CheckResult]) -> str:
     return f"{verdict}: {len(results)} checks, " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
 
 
-def report_json(results: Sequence[CheckResult], passed: bool) -> dict[str, Any]:
-    return {"passed": bool(passed), "checks": [r.to_json() for r in results]}
+def offending_name(check_id: str) -> str:
+    """The file name of a check's complete offending list (check ids are dotted names; anything else
+    a plugin might use is replaced so the name stays one plain file)."""
+    return _UNSAFE_NAME.sub("_", check_id) + ".txt"
+
+
+def write_offending(results: Sequence[CheckResult], report_dir: Path) -> Path:
+    """REPORT_DIR/offending/<check id>.txt for every check with offending ids: all of them, one per
+    line, in the check's order (the JSON and the other reports show only the first ones)."""
+    folder = Path(report_dir) / OFFENDING_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if r.offending:
+            # ids come from data: a newline inside one would split it, so it is escaped
+            lines = (i.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r") for i in r.offending)
+            (folder / offending_name(r.id)).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def report_json(results: Sequence[CheckResult], passed: bool, report_dir: Path | None = None) -> dict[str, Any]:
+    """The machine-readable report. Each check's `offending` keeps the first MAX_LISTED_OFFENDERS ids;
+    `offending_truncated` says whether that cut any, and `offending_file` names the complete list
+    (REPORT_DIR/offending/<check id>.txt, written by `write_reports`) when there is a report folder."""
+    checks = []
+    for r in results:
+        entry = r.to_json()
+        entry["offending_truncated"] = len(r.offending) > MAX_LISTED_OFFENDERS
+        entry["offending_file"] = (str(Path(report_dir) / OFFENDING_DIR / offending_name(r.id))
+                                   if report_dir is not None and r.offending else None)
+        checks.append(entry)
+    return {"passed": bool(passed), "checks": checks}
 
 
 def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "prefdata checklist") -> Path:
@@ -170,10 +203,13 @@ def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, A
     rows = []
     for r in results:
         ids = ", ".join(r.offending[:5]) + (" …" if r.n_offending > 5 else "")
+        # the complete list sits beside the page (write_reports writes it): a link, not 1M ids inline
+        full = (f" <a href='{OFFENDING_DIR}/{esc(offending_name(r.id))}'>all {len(r.offending)}</a>"
+                if r.offending else "")
         rows.append(f"<tr class='{esc(r.status)}'><td><code>{esc(r.id)}</code></td>"
                     f"<td>{esc(r.status)}</td><td>{_fmt(r.metric)}</td><td>{_fmt(r.threshold)}</td>"
                     f"<td>{r.n_offending}</td>"
-                    f"<td>{esc(r.message)}</td><td><code>{esc(ids)}</code></td></tr>")
+                    f"<td>{esc(r.message)}</td><td><code>{esc(ids)}</code>{full}</td></tr>")
     style = "".join(f"tr.{s} td:nth-child(2){{color:#fff;background:{c}}}" for s, c in COLOURS.items())
     gx_link = "<p><a href='gx/index.html'>Great Expectations Data Docs</a></p>" if plots.get("gx_docs") else ""
     threshold = float(plots.get("max_length_ratio") or 2.0)  # None when the ratio check was skipped
@@ -183,6 +219,8 @@ def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, A
                       lambda d: _svg_histogram(d, threshold)),
         _plot_section("Annotator agreement with the majority", plots.get("annotator_agreement"),
                       _svg_bars),
+        _plot_section("Annotator quality (Dawid-Skene; flagged ones are named in the agreement row)",
+                      plots.get("annotator_quality"), _svg_bars),
         _plot_section("Category coverage", plots.get("category_shares"),
                       lambda d: _svg_bars(d, None if min_share is None else float(min_share))),
     ]
@@ -212,4 +250,5 @@ def write_reports(results: Sequence[CheckResult], report_dir: Path, plots: Mappi
         "markdown": write_markdown(results, report_dir / "report.md", title),
         "junit": write_junit(results, report_dir / "junit.xml"),
         "html": write_html(results, report_dir / "report.html", plots, title),
+        "offending": write_offending(results, report_dir),
     }

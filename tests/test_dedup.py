@@ -354,3 +354,78 @@ def test_real_hh_rlhf_near_duplicates_cover_exact_duplicates(shared_data):
     result = check_near_duplicates(pairs, scope="prompt")
     assert set(result.offending) >= set(pairs["id"].gather(list(repeats)).to_list())
     assert result.details["n_clusters"] >= 1
+
+
+def _reuse_frame(n: int = 2000, n_near: int = 20) -> tuple[pl.DataFrame, set[str]]:
+    """Heavy reuse, as in UltraFeedback-style data: every pair has its own prompt, but all share one
+    chosen reply and half share one canned refusal as the rejected reply. Sharing a long chosen
+    reply puts the pairs at Jaccard ~0.5-0.7 (below 0.8: not near duplicates) and makes them LSH
+    candidates of each other by the thousand. `n_near` copies with one word changed are the only
+    near duplicates."""
+    rng = np.random.default_rng(11)
+    vocab = [f"v{i}q{'z' * (i % 4)}" for i in range(4000)]
+
+    def text(words: int) -> str:
+        return " ".join(vocab[j] for j in rng.integers(0, len(vocab), size=words))
+
+    chosen = text(90)  # ~600 characters, in every pair
+    refusal = "I'm sorry, but I can't help with that."
+    rows = [(f"r{i}", text(25), chosen, refusal if i % 2 else text(35)) for i in range(n)]
+    near = set()
+    for k in range(n_near):
+        src = rows[int(rng.integers(0, n))]
+        words = src[1].split()
+        words[int(rng.integers(0, len(words)))] = "changed"
+        rows.append((f"near{k}", " ".join(words), src[2], src[3]))
+        near.add(f"near{k}")
+    return frame(rows), near
+
+
+def test_heavy_reuse_keeps_verdicts_and_bounds_exact_verifications():
+    pairs, near = _reuse_frame()
+    result = check_near_duplicates(pairs)
+    assert set(result.offending) == near  # the same verdicts: exactly the edited copies
+    d = result.details
+    # LSH proposes tens of thousands of candidates among pairs sharing the chosen reply (each
+    # distinct pair counted once, however many bands it meets in)...
+    assert d["n_lsh_candidates"] > 20_000
+    # ...and exact Jaccard (the costly part) runs only where the signatures' estimate is near the
+    # threshold: here at most half of them (it was every candidate, 62,545, before the screen)
+    assert d["n_candidate_pairs"] + d["n_screened_out"] == d["n_lsh_candidates"]
+    assert d["n_candidate_pairs"] <= d["n_lsh_candidates"] // 2
+    assert d["n_verified_pairs"] >= len(near)
+
+
+def test_signature_screen_never_drops_a_pair_at_the_threshold():
+    """Long texts (the screen applies): every pair with exact Jaccard >= 0.8 is still found, none below."""
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}x{'y' * (i % 5)}" for i in range(3000)]
+    n = 600
+    words = rng.integers(0, len(vocab), size=(n, 100))
+    edited = words.copy()
+    for i, k in enumerate(rng.integers(1, 22, size=n)):
+        pos = rng.choice(100, size=k, replace=False)
+        edited[i, pos] = rng.integers(0, len(vocab), size=k)
+    base = [" ".join(vocab[j] for j in row) for row in words]
+    other = [" ".join(vocab[j] for j in row) for row in edited]
+    found = find_near_duplicates(pl.Series(base + other))
+    flagged_pair = found.cluster[n:] == np.arange(n)
+    exact = np.array([jaccard(a, b) for a, b in zip(base, other)])
+    assert (exact >= 0.8).sum() > 100 and ((exact < 0.8) & (exact > 0.6)).sum() > 100
+    assert not flagged_pair[exact < 0.8].any()
+    assert flagged_pair[exact >= 0.8].all()
+
+
+def test_realistic_generator_is_deterministic_and_its_truth_is_what_the_checks_find():
+    from bench.realistic import make_realistic_pairs
+
+    pairs, truth = make_realistic_pairs(6000, seed=4)
+    again, truth_again = make_realistic_pairs(6000, seed=4)
+    assert pairs.equals(again) and truth == truth_again
+    injected = set(truth["exact_duplicates"]) | set(truth["near_duplicates"])
+    exact, near = check_exact_duplicates(pairs), check_near_duplicates(pairs)
+    assert set(exact.offending) == set(truth["exact_duplicates"])
+    assert set(truth["near_duplicates"]) <= set(near.offending) <= injected | set(truth["identical_responses"])
+    # three pairs share each prompt and chosen reply, and canned refusals repeat, yet no clean pair
+    # is a near duplicate of its siblings
+    assert len(truth["refusal_rows"]) > 200 and pairs["chosen"].n_unique() <= pairs.height // 3 + len(injected) + 60

@@ -126,3 +126,38 @@ def test_missing_columns_and_gx_failures_become_one_error(monkeypatch):
     [error] = run_expectations(CLEAN)
     assert (error.id, error.status) == ("gx", "error")
     assert error.message == "RuntimeError: conversion exploded"
+
+
+def test_gx_validates_derived_numbers_not_a_copy_of_the_text(monkeypatch):
+    """GX gets lengths, ratio, id and category codes (numbers): no column of text crosses into pandas,
+    and the same expectations fail on the same rows as on the text itself."""
+    handed = []
+    to_pandas = gx_suite._to_pandas
+
+    def spy(*args, **kwargs):
+        handed.append(to_pandas(*args, **kwargs))
+        return handed[-1]
+
+    monkeypatch.setattr(gx_suite, "_to_pandas", spy)
+    results = {r.id: r for r in run_expectations(DIRTY, categories=CATEGORIES)}
+    [frame] = handed
+    assert len(frame) == DIRTY.height
+    assert all(dtype.kind in "iufb" for dtype in frame.dtypes), frame.dtypes  # numbers only
+    assert frame.index.dtype.kind in "iu"
+    failed = {cid: r.offending for cid, r in results.items() if r.status != "pass"}
+    assert failed == {"gx.not_null.prompt": ("nullprompt",), "gx.unique.id": ("dup",),
+                      "gx.length_ratio": ("ratio5",), "gx.category_set": ("badcat",)}
+    assert results["gx.unique.id"].details["n_offending"] == 2
+    assert results["gx.not_null.prompt"].details["kwargs"]["column"] == "prompt_chars"
+
+
+def test_null_ids_and_lengths_beyond_the_bound():
+    frame = _frame([
+        (None, "Hi", "abc", "abd", "chat"),
+        ("big", "Hi", "y" * 25, "z" * 25, "chat"),
+        ("x", "Hi", "abc", "abd", "chat"),
+    ])
+    results = {r.id: r for r in run_expectations(frame, max_text_chars=20)}
+    assert results["gx.not_null.id"].offending == ("<null id>",)
+    assert results["gx.length.chosen"].offending == ("big",) and results["gx.length.rejected"].offending == ("big",)
+    assert results["gx.unique.id"].status == "pass"  # a null id is not a duplicate (GX skips nulls)

@@ -86,6 +86,74 @@ def test_html_omits_missing_plots(tmp_path, missing):
 
 def test_write_reports(tmp_path):
     paths = write_reports(RESULTS, tmp_path / "out", {}, "checklist")
-    assert {p.name for p in paths.values()} == {"report.md", "junit.xml", "report.html"}
-    assert all(p.is_file() for p in paths.values())
+    assert {p.name for p in paths.values()} == {"report.md", "junit.xml", "report.html", "offending"}
+    assert all(p.is_file() for k, p in paths.items() if k != "offending")
     assert write_html([], tmp_path / "empty.html", {}).read_text().count("<svg") == 0
+
+
+def test_every_offending_id_is_written_one_per_line(tmp_path):
+    write_reports(RESULTS, tmp_path, {}, "checklist")
+    listed = tmp_path / "offending"
+    assert (listed / "dedup.near.txt").read_text().splitlines() == list(MANY)  # all 1,500, not the first 1,000
+    assert (listed / "gx.length_ratio.txt").read_text().splitlines() == ["r1", "r2"]
+    assert sorted(p.name for p in listed.iterdir()) == ["dedup.near.txt", "gx.length_ratio.txt"]  # no empty lists
+
+
+def test_report_json_says_where_the_complete_list_is(tmp_path):
+    report = report_json(RESULTS, passed=False, report_dir=tmp_path)
+    by_id = {c["id"]: c for c in report["checks"]}
+    near, ratio, passing = by_id["dedup.near"], by_id["gx.length_ratio"], by_id["gx.not_null.prompt"]
+    assert (len(near["offending"]), near["offending_truncated"]) == (1000, True)
+    assert near["offending_file"] == str(tmp_path / "offending" / "dedup.near.txt")
+    ratio_file = str(tmp_path / "offending" / "gx.length_ratio.txt")
+    assert (ratio["offending_truncated"], ratio["offending_file"]) == (False, ratio_file)
+    assert (passing["offending_truncated"], passing["offending_file"]) == (False, None)
+    # without a report folder there is no file, but the cut is still said
+    near = report_json(RESULTS, passed=False)["checks"][2]
+    assert (near["offending_truncated"], near["offending_file"]) == (True, None)
+
+
+def test_html_links_the_complete_lists(tmp_path):
+    page = write_html(RESULTS, tmp_path / "report.html", {}).read_text()
+    assert "href='offending/dedup.near.txt'" in page and "all 1500" in page
+    assert "href='offending/gx.not_null.prompt.txt'" not in page
+
+
+def test_check_and_filter_use_every_offending_id(tmp_path):
+    """`prefdata check FILE --report-dir` lists all 1,200 repeated pairs (more than the JSON's 1,000), and
+    `prefdata filter` quarantines all of them."""
+    import os
+    import subprocess
+    import sys
+
+    import polars as pl
+
+    n = 1200
+    words = [f"w{i}" for i in range(400)]
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, 40)) for _ in range(3 * n)]
+    base = pl.DataFrame({"id": [f"a{i}" for i in range(n)], "prompt": texts[:n], "chosen": texts[n:2 * n],
+                         "rejected": texts[2 * n:]})
+    copies = base.with_columns(pl.format("b{}", pl.int_range(n)).alias("id"), pl.col("prompt").str.to_uppercase())
+    data = tmp_path / "pairs.parquet"
+    pl.concat([base, copies]).write_parquet(data)
+    env = {**os.environ, "PREFDATA_STORE": str(tmp_path / "store")}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    done = cli("check", str(data), "--json", str(tmp_path / "r.json"), "--report-dir", str(tmp_path / "rep"))
+    assert done.returncode == 1, done.stderr
+    exact = next(c for c in json.loads((tmp_path / "r.json").read_text())["checks"] if c["id"] == "exact_duplicates")
+    assert (exact["n_offending"], len(exact["offending"]), exact["offending_truncated"]) == (n, 1000, True)
+    listed = (tmp_path / "rep" / "offending" / "exact_duplicates.txt").read_text().splitlines()
+    assert listed == [f"b{i}" for i in range(n)] and exact["offending_file"].endswith("exact_duplicates.txt")
+    assert "offending/exact_duplicates.txt" in (tmp_path / "rep" / "report.html").read_text()
+
+    imported = cli("import", str(data), "--name", "d")
+    ref = next(line.split()[1] for line in imported.stdout.splitlines() if line.startswith("version:"))
+    filtered = cli("filter", ref, "--drop", "exact_duplicates", "--json", str(tmp_path / "f.json"))
+    assert filtered.returncode == 0, filtered.stderr
+    counts = json.loads((tmp_path / "f.json").read_text())
+    assert (counts["read"], counts["kept"], counts["quarantined"]) == (2 * n, n, n)

@@ -1,0 +1,172 @@
+"""The user's path, timed as a user runs it: the `prefdata` CLI as a subprocess on a Parquet file.
+
+    .venv/bin/python bench/bench_cli.py --sizes 100000              # ~ a few minutes
+    .venv/bin/python bench/bench_cli.py --sizes 100000,1000000 --json .prefdata/bench/cli.json
+
+For each size, `bench/realistic.py` writes UltraFeedback-binarized-shaped pairs (4 completions per
+prompt, shared chosen replies, canned refusals, injected faults with known ids) to Parquet once
+(cached in --data-dir; generating is not timed). Then, each in a fresh process, in this order:
+
+    read: polars     python -c "polars.read_parquet(FILE)"          (the yardstick)
+    read: datasets   python -c "datasets.Dataset.from_parquet(FILE)"
+    import           prefdata import FILE --name big
+    check FILE       prefdata check FILE --json R --report-dir D
+    filter           prefdata filter big@V
+    publish          prefdata publish big@V'   (the filtered version)
+
+Wall time is the child's whole life (interpreter start and imports included) for the CLI commands;
+the reads' own time is measured inside their process, so the ratio "x polars" (command wall / polars
+read) is the strict one. Peak RSS is the child's ru_maxrss from os.wait4 (that process alone).
+Recall and false positives of the injected exact and near duplicates come from the check's complete
+offending lists (D/offending/<check>.txt). Figures only, no assertions. The store is a fresh
+temporary folder (PREFDATA_STORE) per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PREFDATA = str(Path(sys.executable).parent / "prefdata")
+ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+       "DO_NOT_TRACK": "1", "HF_DATASETS_OFFLINE": "1"}
+READ = {
+    "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_parquet(sys.argv[1]); "
+              "print(time.perf_counter() - t, f.height)",
+    "datasets": "import datasets, sys, time, tempfile; datasets.disable_progress_bars(); t = time.perf_counter(); "
+                "d = datasets.Dataset.from_parquet(sys.argv[1], cache_dir=sys.argv[2]); "
+                "print(time.perf_counter() - t, d.num_rows)",
+}
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
+    """Run `cmd`; wall seconds, peak RSS (MB) of that child alone, exit code and output."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        return {"seconds": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024), "rc": child.returncode,
+                "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+
+
+def _version(stdout: str) -> str:
+    found = re.findall(r"version: (\S+)", stdout)
+    if not found:
+        raise RuntimeError(f"no version in the output:\n{stdout[-2000:]}")
+    return found[-1]
+
+
+def _read_ids(report_dir: Path, report: dict, check_id: str) -> set[str]:
+    """A check's complete offending ids: the report folder's list, else the (possibly cut) JSON list."""
+    listed = report_dir / "offending" / f"{check_id}.txt"
+    if listed.exists():
+        return set(listed.read_text(encoding="utf-8").split())
+    for c in report["checks"]:
+        if c["id"] == check_id:
+            return set(c["offending"])
+    return set()
+
+
+def one_size(n: int, data_dir: Path, seed: int) -> dict:
+    path = data_dir / f"realistic-{n}-{seed}.parquet"
+    truth_path = path.with_suffix(".truth.json")
+    if not path.exists() or not truth_path.exists():
+        # in a child: a forked child's ru_maxrss starts from the parent's RSS, so this process
+        # must stay small for the commands' peak RSS to be their own
+        subprocess.run([sys.executable, "-m", "bench.realistic", str(path), "--n", str(n), "--seed", str(seed)],
+                       check=True, cwd=REPO, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL)
+    truth = json.loads(truth_path.read_text())
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        tmp = Path(tmp)
+        env = {**os.environ, **ENV, "PREFDATA_STORE": str(tmp / "store")}
+        for name, code in READ.items():
+            r = run([sys.executable, "-c", code, str(path), str(tmp / "hf-cache")], env, tmp)
+            if r["rc"] != 0:
+                raise RuntimeError(f"{name} read failed: {r['stderr'][-2000:]}")
+            r["seconds_in_process"] = round(float(r["stdout"].split()[0]), 2)
+            rows[f"read: {name}"] = r
+        rows["import"] = run([PREFDATA, "import", str(path), "--name", "big"], env, tmp)
+        version = _version(rows["import"]["stdout"])
+        report_dir = tmp / "report"
+        rows["check FILE"] = run([PREFDATA, "check", str(path), "--json", str(tmp / "report.json"),
+                                  "--report-dir", str(report_dir)], env, tmp)
+        rows["filter"] = run([PREFDATA, "filter", version], env, tmp)
+        filtered = _version(rows["filter"]["stdout"])
+        rows["publish"] = run([PREFDATA, "publish", filtered], env, tmp)
+        report = json.loads((tmp / "report.json").read_text())
+        exact = _read_ids(report_dir, report, "exact_duplicates")
+        near = _read_ids(report_dir, report, "near_duplicates")
+        complete = (report_dir / "offending").is_dir()
+
+    injected = {k: set(truth[k]) for k in ("exact_duplicates", "near_duplicates", "length_ratio", "answer_leakage",
+                                            "identical_responses", "empty_prompt")}
+    faulty = set().union(*injected.values())
+    dups = injected["exact_duplicates"] | injected["near_duplicates"]
+    quality = {
+        "offending_lists_complete": complete,
+        "exact_recall": round(len(exact & injected["exact_duplicates"]) / len(injected["exact_duplicates"]), 4),
+        # an exact copy is also a near duplicate: near_duplicates may flag both kinds
+        "near_recall": round(len(near & injected["near_duplicates"]) / len(injected["near_duplicates"]), 4),
+        "exact_flagged_not_injected": len(exact - injected["exact_duplicates"]),
+        "near_flagged_not_injected": len(near - dups),
+        "clean_rows_flagged": len((exact | near) - faulty),
+    }
+    polars_read = rows["read: polars"]["seconds_in_process"]
+    for name, r in rows.items():
+        r["x_polars"] = round((r.get("seconds_in_process") or r["seconds"]) / polars_read, 1)
+        tail = (r.pop("stdout") + r.pop("stderr")).strip().splitlines()
+        if r["rc"] not in (0, 1):
+            r["error"] = "\n".join(tail[-5:])
+    return {"n": n, "seed": seed, "file_mb": round(path.stat().st_size / 2**20), "steps": rows, "duplicates": quality}
+
+
+def table(runs: list[dict]) -> str:
+    lines = []
+    for r in runs:
+        lines.append(f"\n{r['n']:,} pairs ({r['file_mb']} MB Parquet)")
+        lines.append(f"{'step':16}{'seconds':>10}{'x polars':>10}{'peak RSS':>12}{'rc':>4}")
+        for name, s in r["steps"].items():
+            seconds = s.get("seconds_in_process", s["seconds"])
+            lines.append(f"{name:16}{seconds:>10.2f}{s['x_polars']:>10.1f}{s['peak_rss_mb']:>10,}MB{s['rc']:>4}")
+        lines.append("duplicates: " + ", ".join(f"{k} {v}" for k, v in r["duplicates"].items()))
+    if len(runs) >= 2:
+        small, big = runs[0], runs[-1]
+        ratios = {k: round(big["steps"][k]["seconds"] / small["steps"][k]["seconds"], 1)
+                  for k in big["steps"] if not k.startswith("read")}
+        lines.append(f"\ntime({big['n']:,}) / time({small['n']:,}): "
+                     + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, default=REPO / ".prefdata" / "bench" / "realistic")
+    parser.add_argument("--json", type=Path, help="Write every figure here.")
+    args = parser.parse_args()
+    runs = [one_size(int(n), args.data_dir, args.seed) for n in args.sizes.split(",")]
+    print(table(runs))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"runs": runs, "cpus": os.cpu_count()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Preference pairs shaped like UltraFeedback-binarized, with injected faults whose ids are known.
+
+SYNTHETIC DATA: texts are made-up words and phrases, not language (see bench/synth.py). What is
+realistic is the *shape*, which is what the checklist's cost depends on:
+
+- k = 4 completions per prompt; the best is `chosen` against each of the other three, so every
+  prompt gives three pairs that share the prompt and the chosen text (UltraFeedback-binarized's
+  `train_prefs` has this structure);
+- ~5% of rejected replies are one of a few canned refusals (at most one per prompt, so two sibling
+  pairs are never the same pair);
+- lengths vary (prompts 60-600 characters, completions 150-2,000, log-normal around a per-prompt
+  length), and a prompt is never
+  longer than 0.6x its chosen reply, so two sibling pairs stay below Jaccard 0.8 on their whole
+  text (they share prompt and chosen, but not the rejected reply) and are not near duplicates;
+- injected faults, each on its own rows, copied only from clean rows (`truth` lists their ids):
+
+    exact_duplicates     a clean pair copied with case and whitespace changed, new id (~1%)
+    near_duplicates      a clean pair copied with 1-3 words of its prompt or chosen reply replaced,
+                         pair-text Jaccard of byte 5-grams >= 0.8 (checked here), new id (~1%)
+    length_ratio         the rejected reply cut to under 1/3 of the chosen one (~0.5%)
+    answer_leakage       the chosen reply appended to the prompt (0.5%)
+    identical_responses  rejected = chosen (0.1%; `prefdata import` quarantines these)
+    empty_prompt         the prompt is empty (0.05%; quarantined by the import)
+
+  Canned refusals are *not* faults of the duplicate checks, but a ~40-character refusal against a
+  long chosen reply breaks the length ratio: `truth["length_ratio_all"]` lists every row whose
+  longer/shorter ratio is above 2, injected or not.
+
+Columns: id ("u0000001", ... in row order), prompt, chosen, rejected, score_chosen, score_rejected,
+source. `make_realistic_pairs(n, seed)` is deterministic for (n, seed); 1M pairs take ~30 s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from bench.synth import _vocabulary
+
+K = 4  # completions per prompt
+PHRASE_WORDS = 8
+PHRASE_POOL = 200_000
+VOCAB = 5_000
+REFUSALS = (
+    "I'm sorry, but I can't help with that.",
+    "I'm sorry, but I cannot assist with that request.",
+    "As an AI language model, I cannot provide that information.",
+    "I apologize, but I am unable to fulfil this request.",
+    "Sorry, I can't help with this one.",
+)
+REFUSAL_SHARE = 0.05
+RATES = {"exact_duplicates": 0.01, "near_duplicates": 0.01, "length_ratio": 0.005, "answer_leakage": 0.005,
+         "identical_responses": 0.001, "empty_prompt": 0.0005}
+SHINGLE = 5
+NEAR_MIN_JACCARD = 0.8
+
+
+def _texts(pool: pl.Series, rng: np.random.Generator, counts: np.ndarray) -> pl.Series:
+    """One text per entry of `counts`: that many random pool entries joined by spaces."""
+    import pyarrow as pa
+
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    picks = pool.gather(rng.integers(0, len(pool), size=int(offsets[-1]))).to_arrow()
+    lists = pa.ListArray.from_arrays(pa.array(offsets), picks.cast(pa.string()))
+    return pl.from_arrow(lists).list.join(" ").rename("text")
+
+
+def _shingles(text: str) -> set[bytes]:
+    from prefdata.checks.dedup import normalise_series
+
+    data = normalise_series(pl.Series([text])).item().encode()
+    return {data[i : i + SHINGLE] for i in range(max(1, len(data) - SHINGLE + 1))}
+
+
+def _jaccard(a: str, b: str) -> float:
+    sa, sb = _shingles(a), _shingles(b)
+    return len(sa & sb) / max(1, len(sa | sb))
+
+
+def _messy_case(text: str, rng: np.random.Generator) -> str:
+    """Same text after normalisation: some words upper-cased, doubled spaces, a trailing newline."""
+    words = text.split(" ")
+    out = [w.upper() if rng.random() < 0.3 else w for w in words]
+    return "  ".join(out[:3]) + " " + " ".join(out[3:]) + " \n"
+
+
+def make_realistic_pairs(n: int, seed: int = 0) -> tuple[pl.DataFrame, dict[str, list[str]]]:
+    """`n` pairs (n >= 100) and the ids of the injected faults (see the module docstring)."""
+    if n < 100:
+        raise ValueError(f"n must be >= 100, got {n}")
+    rng = np.random.default_rng(seed)
+    vocab = _vocabulary(rng, VOCAB)
+    phrases = vocab.gather(rng.integers(0, VOCAB, size=(PHRASE_POOL, PHRASE_WORDS)).reshape(-1))
+    phrases = phrases.reshape((PHRASE_POOL, PHRASE_WORDS)).arr.join(" ")  # ~60 characters each
+    n_prompts = -(-n // (K - 1))
+
+    # completion lengths in phrases (~61 characters each): log-normal, 150-2,000 characters
+    # (a per-prompt base length, each completion varying around it)
+    base = rng.normal(np.log(9), 0.5, size=(n_prompts, 1))
+    comp = np.clip(np.round(np.exp(base + rng.normal(0, 0.25, size=(n_prompts, K)))), 3, 32).astype(np.int64)
+    best = comp[:, 0]  # completion 0 is the best one (chosen)
+    # prompts in words (~7 characters each): 60-600 characters and at most 0.6x the chosen reply
+    words = np.clip(np.round(np.exp(rng.normal(np.log(25), 0.5, size=n_prompts))), 9, 85).astype(np.int64)
+    words = np.minimum(words, np.maximum(9, (best * 61 * 0.6 / 7).astype(np.int64)))
+    prompts = _texts(vocab, rng, words)
+    completions = _texts(phrases, rng, comp.reshape(-1))  # row-major: prompt i's are 4i..4i+3
+
+    # pairs: (prompt i, completion 0) against completions 1, 2, 3
+    group = np.repeat(np.arange(n_prompts), K - 1)[:n]
+    other = np.tile(np.arange(1, K), n_prompts)[:n]
+    chosen_idx, rejected_idx = group * K, group * K + other
+    frame = pl.DataFrame({
+        "prompt": prompts.gather(group),
+        "chosen": completions.gather(chosen_idx),
+        "rejected": completions.gather(rejected_idx),
+    })
+    scores = np.round(rng.uniform(1, 10, size=(n_prompts, K)), 1)
+    scores[:, 0] = 10.0
+    score_chosen, score_rejected = scores[group, 0], np.minimum(scores[group, other], 9.5)
+
+    # canned refusals: at most one sibling per prompt, so two siblings never become the same pair
+    # ...and only where the other two rejected replies are at least 0.7x the chosen one: two siblings
+    # share prompt and chosen, so a short reply beside a refusal would make them real near duplicates
+    refused = 1 + np.arange(n_prompts) % (K - 1)
+    others = np.where(np.arange(1, K)[None, :] == refused[:, None], np.iinfo(np.int64).max, comp[:, 1:])
+    allowed = others.min(axis=1) >= 0.7 * best
+    refuse_prompt = allowed & (rng.random(n_prompts) < REFUSAL_SHARE * (K - 1) / max(allowed.mean(), 1e-9))
+    refusal_row = np.flatnonzero(refuse_prompt[group] & (other == 1 + (group % (K - 1))))
+    refusals = pl.Series(REFUSALS).gather(rng.integers(0, len(REFUSALS), size=refusal_row.size))
+    frame = frame.with_columns(frame["rejected"].scatter(refusal_row, refusals))
+
+    # faults on distinct rows; sources are clean rows before the fault row
+    # No fault goes into a prompt group with a refusal: a sibling cut short (or made identical) next
+    # to a ~40-character refusal would make the two pairs real near duplicates of each other.
+    truth: dict[str, list[int]] = {k: [] for k in RATES}
+    taken = refuse_prompt[group].copy()
+    first_fault_row = n // 10  # the first 10% stay clean, so every fault has earlier clean sources
+    for kind, rate in RATES.items():
+        m = max(1, int(round(n * rate)))
+        free = np.flatnonzero(~taken[first_fault_row:]) + first_fault_row
+        rows = np.sort(rng.choice(free, size=m, replace=False))
+        # one fault per prompt group: two faulty siblings (say, both made identical) could become
+        # copies or near copies of each other, which no list here would name
+        rows = rows[np.unique(group[rows], return_index=True)[1]]
+        taken[np.isin(group, group[rows])] = True
+        truth[kind] = np.sort(rows).tolist()
+
+    cols = {c: frame[c].to_list() for c in ("prompt", "chosen", "rejected")}
+    faulty = np.zeros(n, dtype=bool)
+    faulty[np.concatenate([np.asarray(v, dtype=np.int64) for v in truth.values()])] = True
+    clean_sources = np.flatnonzero(~faulty)
+    for r in truth["exact_duplicates"]:
+        s = int(rng.choice(clean_sources[clean_sources < r]))
+        for c in cols:
+            cols[c][r] = _messy_case(cols[c][s], rng)
+    vocab_list = vocab.to_list()
+    for r in truth["near_duplicates"]:
+        while True:
+            s = int(rng.choice(clean_sources[clean_sources < r]))
+            column = "prompt" if rng.random() < 0.5 else "chosen"
+            parts = cols[column][s].split(" ")
+            for _ in range(int(rng.integers(1, 4))):
+                parts[int(rng.integers(0, len(parts)))] = vocab_list[int(rng.integers(0, VOCAB))]
+            new = {c: cols[c][s] for c in cols}
+            new[column] = " ".join(parts)
+            a = "\n".join(cols[c][s] for c in cols)
+            b = "\n".join(new[c] for c in cols)
+            if a.lower() != b.lower() and _jaccard(a, b) >= NEAR_MIN_JACCARD:
+                break
+        for c in cols:
+            cols[c][r] = new[c]
+    for r in truth["length_ratio"]:
+        chosen = cols["chosen"][r]
+        cols["rejected"][r] = cols["rejected"][r][: max(5, len(chosen) // 4)].rstrip() or "no"
+    for r in truth["answer_leakage"]:
+        cols["prompt"][r] = cols["prompt"][r] + "\n" + cols["chosen"][r]
+    for r in truth["identical_responses"]:
+        cols["rejected"][r] = cols["chosen"][r]
+    for r in truth["empty_prompt"]:
+        cols["prompt"][r] = ""
+
+    ids = pl.Series("id", np.arange(1, n + 1)).cast(pl.String).str.zfill(7)
+    frame = pl.DataFrame({
+        "id": "u" + ids,
+        "prompt": cols["prompt"], "chosen": cols["chosen"], "rejected": cols["rejected"],
+        "score_chosen": score_chosen, "score_rejected": score_rejected,
+        "source": pl.Series(["ultrachat", "evol_instruct", "sharegpt", "flan", "truthful_qa"]).gather(group % 5),
+    })
+    lengths = frame.select(
+        c=pl.col("chosen").str.len_chars(), r=pl.col("rejected").str.len_chars())
+    ratio = np.maximum(lengths["c"], lengths["r"]) / np.maximum(1, np.minimum(lengths["c"], lengths["r"]))
+    id_list = frame["id"]
+    out = {k: id_list.gather(v).to_list() for k, v in truth.items()}
+    out["length_ratio_all"] = id_list.filter(pl.Series(ratio > 2.0)).to_list()
+    out["refusal_rows"] = id_list.gather(refusal_row).to_list()
+    return frame, out
+
+
+def write_realistic(path: Path, n: int, seed: int = 0) -> dict[str, list[str]]:
+    """Write the pairs to `path` (Parquet) and the truth to `path` with suffix .truth.json."""
+    frame, truth = make_realistic_pairs(n, seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(path)
+    path.with_suffix(".truth.json").write_text(json.dumps(truth))
+    return truth
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write realistic pairs to Parquet (and a .truth.json).")
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    t = write_realistic(args.path, args.n, args.seed)
+    print({k: len(v) for k, v in t.items()})

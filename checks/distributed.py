@@ -1,0 +1,149 @@
+"""The checklist's row-local checks and exact duplicates over a Dask DataFrame (docs/scaling.md).
+
+Row-local checks judge each row on its own, so each partition runs the very same check function
+(`prefdata.checks.*`) on its rows and the results combine by concatenation: the offending ids in
+partition order (= frame order), metric = offending rows / rows, and the status from the same
+threshold rule. `length_ratio`, `degenerate_pairs` (without comparisons), `answer_leakage` and
+`safety` (the lexicon) are such checks.
+
+Exact duplicates need a shuffle: every row's normalised pair (`records.normalise_series` of prompt,
+chosen and rejected, joined by newlines, which normalised text cannot contain) is hashed to 64 bits
+in its partition, rows are shuffled on that hash so that copies meet in one partition, and there
+each group of identical normalised texts keeps its first row (by global row number) and flags the
+others. The texts travel with the hash so that a hash collision is never taken for a copy.
+
+Only the verdicts come back to the client (ids of offending rows and counts), never the text.
+Partitions are pandas frames (what Dask DataFrame holds); each is turned into polars for the checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .base import CheckResult, skip
+
+# check id -> (module, function) of the row-local checks
+ROW_LOCAL: dict[str, tuple[str, str]] = {
+    "length_ratio": ("prefdata.checks.structure", "check_length_ratio"),
+    "degenerate_pairs": ("prefdata.checks.structure", "check_degenerate_pairs"),
+    "answer_leakage": ("prefdata.checks.content", "check_answer_leakage"),
+    "safety": ("prefdata.checks.content", "check_safety"),
+}
+EXACT_ID = "exact_duplicates"
+
+
+def _check_function(check_id: str):
+    import importlib
+
+    module, name = ROW_LOCAL[check_id]
+    return getattr(importlib.import_module(module), name)
+
+
+def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, tuple[str, ...], CheckResult]:
+    """One partition: (rows, offending ids, the check's own result on these rows)."""
+    frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
+    result = _check_function(check_id)(frame, **params)
+    return frame.height, result.offending, result
+
+
+def _combine(check_id: str, parts: list[tuple[int, tuple[str, ...], CheckResult]]) -> CheckResult:
+    """The partitions' verdicts as one result: the check's own threshold, metric = offending / rows."""
+    n = sum(p[0] for p in parts)
+    results = [p[2] for p in parts if p[0]]
+    if n == 0 or not results:
+        return skip(check_id, "no rows")
+    if any(r.status == "error" for r in results):
+        return next(r for r in results if r.status == "error")
+    if all(r.status == "skip" for r in results):
+        return results[0]
+    offending = tuple(i for p in parts for i in p[1])
+    threshold = next(r.threshold for r in results if r.status != "skip")
+    metric = len(offending) / n
+    status = "fail" if metric > (threshold or 0.0) else "pass"
+    message = f"{len(offending)} of {n} rows offend ({metric:.2%}; allowed share {threshold or 0.0:g}), " \
+              f"over {len(parts)} partitions"
+    return CheckResult(check_id, status, metric, threshold, offending, message,
+                       {"n_rows": n, "n_offending": len(offending), "partitions": len(parts)})
+
+
+def _pair_keys(part: Any, offset: int) -> Any:
+    """One partition's shuffle input: global row number, id, 64-bit hash and normalised pair text."""
+    from prefdata.records import normalise_series
+
+    frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
+    joined = pl.DataFrame({c: normalise_series(frame[c].cast(pl.String)) for c in ("prompt", "chosen", "rejected")})
+    text = joined.select(pl.concat_str(["prompt", "chosen", "rejected"], separator="\n")).to_series()
+    keys = pl.DataFrame({
+        "row": pl.int_range(offset, offset + frame.height, dtype=pl.Int64, eager=True),
+        "id": frame["id"].cast(pl.String),
+        "h": text.hash(0).reinterpret(signed=True),  # int64: what pandas and the shuffle handle best
+        "t": text,
+    })
+    return keys.to_pandas()
+
+
+def _later_copies(part: Any) -> Any:
+    """Rows whose normalised pair text equals that of a row with a smaller global row number."""
+    if len(part) == 0:
+        return part[["row", "id"]]
+    first = part.groupby("t", sort=False)["row"].transform("min")
+    return part.loc[part["row"] != first, ["row", "id"]]
+
+
+def exact_duplicates(ddf: Any, *, max_share: float = 0.0) -> CheckResult:
+    """`check_exact_duplicates` (repeated pairs; repeated prompts are not failed) over a Dask DataFrame."""
+    import dask
+    import dask.dataframe as dd
+
+    missing = [c for c in ("id", "prompt", "chosen", "rejected") if c not in ddf.columns]
+    if missing:
+        return skip(EXACT_ID, f"missing columns: {', '.join(missing)}", max_share)
+    parts = ddf[["id", "prompt", "chosen", "rejected"]].to_delayed()
+    lengths = dask.compute(*[dask.delayed(len)(p) for p in parts])
+    n = int(sum(lengths))
+    if n == 0:
+        return skip(EXACT_ID, "no rows", max_share)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    empty = pl.DataFrame({c: pl.Series([], dtype=pl.String) for c in ("id", "prompt", "chosen", "rejected")})
+    meta = _pair_keys(empty, 0)
+    keyed = dd.from_delayed([dask.delayed(_pair_keys)(p, int(o)) for p, o in zip(parts, offsets)], meta=meta)
+    copies = keyed.shuffle(on="h", npartitions=keyed.npartitions).map_partitions(
+        _later_copies, meta=meta[["row", "id"]]).compute()
+    copies = copies.sort_values("row")
+    offending = tuple(str(i) for i in copies["id"])
+    metric = len(offending) / n
+    status = "fail" if metric > max_share else "pass"
+    message = f"{len(offending)} repeated pair(s) (after normalisation) in {n} rows, by a shuffle on the pair hash"
+    return CheckResult(EXACT_ID, status, metric, max_share, offending, message,
+                       {"n_rows": n, "n_offending": len(offending), "n_duplicate_pairs": len(offending)})
+
+
+def run_distributed(ddf: Any, config: dict[str, Any] | None = None,
+                    only: list[str] | None = None) -> list[CheckResult]:
+    """The row-local checks and exact duplicates over `ddf` (a Dask DataFrame with id, prompt, chosen,
+    rejected), with the parameters of `config["checks"]` (the checklist YAML's shape). Runs on
+    whatever Dask scheduler is current (a `distributed.Client` when one is active)."""
+    import dask
+
+    checks = (config or {}).get("checks", {})
+    wanted = only or [*ROW_LOCAL, EXACT_ID]
+    unknown = [c for c in wanted if c not in ROW_LOCAL and c != EXACT_ID]
+    if unknown:
+        raise ValueError(f"not row-local and not exact_duplicates: {', '.join(unknown)} "
+                         f"(available: {', '.join([*ROW_LOCAL, EXACT_ID])})")
+    parts = ddf.to_delayed()
+    row_local = [c for c in wanted if c in ROW_LOCAL]
+    tasks = {c: [dask.delayed(_partition_verdict)(p, c, _params(checks.get(c))) for p in parts] for c in row_local}
+    computed = dask.compute(tasks)[0]
+    results = {c: _combine(c, list(computed[c])) for c in row_local}
+    if EXACT_ID in wanted:
+        exact = _params(checks.get(EXACT_ID))
+        results[EXACT_ID] = exact_duplicates(ddf, max_share=exact.get("max_share", 0.0))
+    return [results[c] for c in wanted]
+
+
+def _params(section: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (section or {}).items() if k != "waive"}
