@@ -304,7 +304,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         votes = []
     logger.info("%d pairs to humans (queue %s), %d votes", len(queue), queue_file, len(votes))
 
-    labelled = collection.label(routed, comparisons, votes)
+    labelled = collection.label(routed, comparisons, votes, aggregate=humans.aggregate)
     report = JudgeReport.from_verdicts(verdicts)
     groups = out["candidates"]
     counters = {

@@ -117,6 +117,11 @@ class Humans(_Params):
     queue_dir: str = Field(".prefdata/queues", description="Where the human queue is written (<name>.jsonl).")
     simulated: SimulatedAnnotators | None = Field(None, description="Answer the queue with simulated annotators.")
     argilla: Argilla | None = Field(None, description="Push the queue to Argilla and pull its votes.")
+    aggregate: Literal["majority", "dawid-skene"] = Field(
+        "majority", description="How a pair's votes become its label: majority (more than half agree, else it stays "
+                                "unlabelled) or dawid-skene (a Dawid-Skene model fitted by EM to all the run's votes "
+                                "weighs each annotator by its estimated quality, so a careless or random annotator "
+                                "counts for little; every voted pair gets its most probable label).")
 
     @model_validator(mode="after")
     def _one(self) -> "Humans":

@@ -68,6 +68,9 @@ def collect_command(
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
                                              "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
+    aggregate: Annotated[str, typer.Option(help="How human votes become a label: majority (more than half) or "
+                                                "dawid-skene (each annotator weighed by its estimated quality).")]
+    = "majority",
     model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
     n: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all).", min=1)] = None,
     candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
@@ -90,6 +93,8 @@ def collect_command(
     say = _console().print
     if humans not in ("queue", "argilla"):
         raise UnusableInput(f"--humans {humans!r}: choose queue or argilla")
+    if aggregate not in ("majority", "dawid-skene"):
+        raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
     if not prompts.is_file():
         raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line) or a table with a prompt column")
     judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
@@ -109,7 +114,7 @@ def collect_command(
             policy=Policy(**policy_fields, candidates=candidates, max_new_tokens=max_new_tokens,
                           temperature=temperature, seed=seed),
             judge=Judge(**judge_fields),
-            humans=Humans(queue_dir=str(queue_dir),
+            humans=Humans(queue_dir=str(queue_dir), aggregate=aggregate,
                           argilla=Argilla(url=argilla_url, dataset=name) if humans == "argilla" else None),
             engine=Engine(cache_dir=str(cache_dir)),
         )

@@ -6,6 +6,11 @@ junit.xml    what any CI test tab shows                 report.html one self-con
                                                                     offline, nothing to fetch
 offending/<check id>.txt  every offending id of a check, one per line (report.json keeps the first
                           1,000 and says `offending_truncated` and `offending_file`)
+
+Given the pairs frame the checks ran on, report.html shows under each failing check its first
+offending pairs (prompt, chosen, rejected; long texts cut, the rest in a <details> fold), and for
+duplicate checks each duplicate beside the row it repeats; report.md names them by id. The texts
+are data, so untrusted: every one is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ RATIO_BINS = 18
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 OFFENDING_DIR = "offending"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+MAX_EXAMPLES = 3  # offending pairs shown under a failing check: enough to see the problem, short to read
+LOOKUP_IDS = 50  # the first offending ids looked up among the pairs (some checks name other things)
+HEAD_CHARS = 300  # of each text shown before the fold
+FOLD_CHARS = 20_000  # at most this much of one text inside the fold: a 1 MB reply would swamp the page
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
 
 def _passed(results: Sequence[CheckResult]) -> bool:
@@ -44,6 +54,37 @@ def _counts(results: Sequence[CheckResult]) -> Counter:
 
 def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4g}"
+
+
+def _shows_examples(r: CheckResult) -> bool:
+    return r.status in ("fail", "error") and bool(r.offending)
+
+
+def duplicate_examples(r: CheckResult) -> list[tuple[str, str]]:
+    """(duplicate id, id of the row it repeats) for a duplicate check's first offending rows: its
+    details["examples"] (exact duplicates), or its clusters' sample (near duplicates: each later
+    member against the cluster's first row, the one a filter keeps). Empty for other checks."""
+    if r.details.get("examples"):
+        return [(str(e["id"]), str(e["duplicate_of"])) for e in r.details["examples"]][:MAX_EXAMPLES]
+    found = [(str(d), str(c["ids"][0])) for c in r.details.get("clusters_sample") or [] for d in c["ids"][1:]]
+    return found[:MAX_EXAMPLES]
+
+
+def example_rows(results: Sequence[CheckResult], pairs: Any) -> dict[str, dict[str, Any]]:
+    """id -> its row (the first with that id) for every id the reports show: the first LOOKUP_IDS
+    offending ids of each failing check and the rows duplicates repeat. One pass over the frame."""
+    if pairs is None or "id" not in pairs.columns:
+        return {}
+    import polars as pl
+
+    wanted: set[str] = set()
+    for r in filter(_shows_examples, results):
+        wanted.update(r.offending[:LOOKUP_IDS])
+        wanted.update(i for pair in duplicate_examples(r) for i in pair)
+    keep = [c for c in ("id", *PAIR_FIELDS) if c in pairs.columns]
+    found = (pairs.select(keep).with_columns(pl.col("id").cast(pl.String))
+             .filter(pl.col("id").is_in(sorted(wanted))).unique("id", keep="first", maintain_order=True))
+    return {row["id"]: row for row in found.iter_rows(named=True)}
 
 
 def _summary(results: Sequence[CheckResult]) -> str:
@@ -85,7 +126,11 @@ def report_json(results: Sequence[CheckResult], passed: bool, report_dir: Path |
     return {"passed": bool(passed), "checks": checks}
 
 
-def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "prefdata checklist") -> Path:
+def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "prefdata checklist",
+                   rows: Mapping[str, Any] | None = None) -> Path:
+    """`rows` (example_rows) names the example pairs report.html shows under each failing check."""
+    rows = rows or {}
+
     def cell(text: str) -> str:  # a pipe or newline would break the table row
         return text.replace("|", "\\|").replace("\n", " ")
 
@@ -99,6 +144,13 @@ def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "pre
         if r.status not in ("fail", "error"):
             continue
         lines += ["", f"## {r.id} ({r.status})", "", cell(r.message) or "(no message)"]
+        duplicates = duplicate_examples(r)
+        shown = [i for i in r.offending[:LOOKUP_IDS] if i in rows][:MAX_EXAMPLES]
+        if duplicates:
+            lines += ["", "Examples, each with the row it repeats (side by side in report.html):", ""]
+            lines += [f"- `{cell(d)}` duplicates `{cell(o)}`" for d, o in duplicates]
+        elif shown:
+            lines += ["", "Example pairs in report.html: " + ", ".join(f"`{cell(i)}`" for i in shown)]
         if r.offending:
             shown = r.offending[:MD_OFFENDERS]
             lines += ["", f"Offending ids ({len(shown)} of {r.n_offending}):", ""]
@@ -188,6 +240,48 @@ def _svg_bars(shares: Mapping[str, float], line: float | None = None) -> str:
     return "\n".join(parts + ["</svg>"])
 
 
+def _text(value: Any) -> str:
+    """One field of a pair, escaped: the first HEAD_CHARS characters, the rest folded away."""
+    esc = html.escape
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    if len(text) <= HEAD_CHARS:
+        return f"<div class='text'>{esc(text)}</div>"
+    cut = (f"<p class='note'>… cut here: {len(text) - FOLD_CHARS:,} more characters in the data</p>"
+           if len(text) > FOLD_CHARS else "")
+    return (f"<div class='text'>{esc(text[:HEAD_CHARS])}…<details><summary>read on ({len(text) - HEAD_CHARS:,} more "
+            f"characters)</summary>{esc(text[HEAD_CHARS:FOLD_CHARS])}{cut}</details></div>")
+
+
+def _examples_section(r: CheckResult, rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """Under a failing check: its first offending pairs, or for a duplicate check each duplicate
+    beside the row it repeats."""
+    esc = html.escape
+    fields = [f for f in PAIR_FIELDS if any(f in row for row in rows.values())]
+    duplicates = [(d, o) for d, o in duplicate_examples(r) if d in rows and o in rows]
+    if duplicates:
+        tables = []
+        for dup, original in duplicates:
+            body = "".join(f"<tr><th>{f}</th><td>{_text(rows[dup].get(f))}</td><td>{_text(rows[original].get(f))}</td></tr>"
+                           for f in fields)
+            tables.append(f"<table class='dup'><tr><th></th><th>duplicate <code>{esc(dup)}</code></th>"
+                          f"<th>duplicates <code>{esc(original)}</code></th></tr>{body}</table>")
+        content = "\n".join(tables)
+        note = f"{len(duplicates)} of {r.n_offending} offending, each beside the row it repeats."
+    else:
+        shown = [i for i in r.offending[:LOOKUP_IDS] if i in rows][:MAX_EXAMPLES]
+        if shown:
+            head = "".join(f"<th>{f}</th>" for f in fields)
+            body = "".join(f"<tr class='pair'><td><code>{esc(i)}</code></td>"
+                           + "".join(f"<td>{_text(rows[i].get(f))}</td>" for f in fields) + "</tr>" for i in shown)
+            content = f"<table class='pairs'><tr><th>id</th>{head}</tr>{body}</table>"
+            note = f"{len(shown)} of {r.n_offending} offending."
+        else:
+            content, note = "", ("Its first offending ids are not pairs of this data (the check names other "
+                                 "things: see its message and list).")
+    return (f"<section id='examples-{esc(r.id)}'><h2>{esc(r.id)}: examples ({r.status})</h2>"
+            f"<p class='note'>{note}</p>{content}</section>")
+
+
 def _plot_section(title: str, data: Any, draw: Any) -> str:
     if data is None or len(data) == 0:
         return f"<h2>{html.escape(title)}</h2><p class='note'>No data for this plot.</p>"
@@ -197,16 +291,17 @@ def _plot_section(title: str, data: Any, draw: Any) -> str:
 
 
 def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, Any] | None = None,
-               title: str = "prefdata checklist") -> Path:
+               title: str = "prefdata checklist", rows: Mapping[str, Any] | None = None) -> Path:
+    """`rows` (example_rows): the pairs shown under each failing check; None shows none."""
     plots = plots or {}
     esc = html.escape
-    rows = []
+    lines = []
     for r in results:
         ids = ", ".join(r.offending[:5]) + (" …" if r.n_offending > 5 else "")
         # the complete list sits beside the page (write_reports writes it): a link, not 1M ids inline
         full = (f" <a href='{OFFENDING_DIR}/{esc(offending_name(r.id))}'>all {len(r.offending)}</a>"
                 if r.offending else "")
-        rows.append(f"<tr class='{esc(r.status)}'><td><code>{esc(r.id)}</code></td>"
+        lines.append(f"<tr class='{esc(r.status)}'><td><code>{esc(r.id)}</code></td>"
                     f"<td>{esc(r.status)}</td><td>{_fmt(r.metric)}</td><td>{_fmt(r.threshold)}</td>"
                     f"<td>{r.n_offending}</td>"
                     f"<td>{esc(r.message)}</td><td><code>{esc(ids)}</code>{full}</td></tr>")
@@ -224,17 +319,20 @@ def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, A
         _plot_section("Category coverage", plots.get("category_shares"),
                       lambda d: _svg_bars(d, None if min_share is None else float(min_share))),
     ]
+    examples = [_examples_section(r, rows) for r in results if _shows_examples(r)] if rows is not None else []
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}
 table{{border-collapse:collapse}}
 td,th{{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}}
-.note{{color:#6e7781}}{style}</style></head>
+.note{{color:#6e7781}}.text{{white-space:pre-wrap;max-width:40em}}
+table.dup,table.pairs{{margin-bottom:1em}}{style}</style></head>
 <body><h1>{esc(title)}</h1><p><strong>{esc(_summary(results))}</strong></p>{gx_link}
 <table><tr><th>id</th><th>status</th><th>metric</th><th>threshold</th><th>offending</th>
 <th>message</th><th>first ids</th></tr>
-{chr(10).join(rows)}
+{chr(10).join(lines)}
 </table>
+{chr(10).join(examples)}
 {chr(10).join(sections)}
 </body></html>
 """
@@ -243,12 +341,14 @@ td,th{{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:t
 
 
 def write_reports(results: Sequence[CheckResult], report_dir: Path, plots: Mapping[str, Any] | None = None,
-                  title: str = "prefdata checklist") -> dict[str, Path]:
+                  title: str = "prefdata checklist", pairs: Any = None) -> dict[str, Path]:
+    """`pairs`: the pairs frame the checks ran on, for the example pairs (None: ids only)."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
+    rows = example_rows(results, pairs) if pairs is not None else None
     return {
-        "markdown": write_markdown(results, report_dir / "report.md", title),
+        "markdown": write_markdown(results, report_dir / "report.md", title, rows),
         "junit": write_junit(results, report_dir / "junit.xml"),
-        "html": write_html(results, report_dir / "report.html", plots, title),
+        "html": write_html(results, report_dir / "report.html", plots, title, rows),
         "offending": write_offending(results, report_dir),
     }

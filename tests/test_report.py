@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import polars as pl
 import pytest
 
 from prefdata.checks.base import CheckResult, skip
@@ -157,3 +159,84 @@ def test_check_and_filter_use_every_offending_id(tmp_path):
     assert filtered.returncode == 0, filtered.stderr
     counts = json.loads((tmp_path / "f.json").read_text())
     assert (counts["read"], counts["kept"], counts["quarantined"]) == (2 * n, n, n)
+
+
+# ---- example pairs under failing checks (issue 14 item 7) --------------------------------------
+
+XSS = "<script>alert('pwn')</script>"
+
+
+@pytest.fixture(scope="module")
+def hh_gate(shared_data, tmp_path_factory):
+    """`prefdata check FILE --report-dir` on 40 real HH-RLHF rows plus three injected ones: a copy of
+    hh005 (exact duplicate), hh007 with its last word changed (near duplicate) and, first in the file,
+    a pair whose chosen reply is long and carries a <script> tag (length ratio)."""
+    import gzip
+
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate import load_inputs, run_gate
+
+    with gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt", encoding="utf-8") as f:
+        rows = [{"id": f"hh{i:03d}", **json.loads(line)} for i, line in zip(range(40), f)]
+    prefix = rows[10]["chosen"].rsplit("\n\nAssistant:", 1)[0]
+    xss = {"id": "xss", "chosen": f"{prefix}\n\nAssistant: {XSS} " + "Here is a long answer. " * 40,
+           "rejected": f"{prefix}\n\nAssistant: No."}
+    near = {**rows[7], "id": "dup-near", "chosen": rows[7]["chosen"].replace("friendly.", "kind.")}
+    assert near["chosen"] != rows[7]["chosen"]
+    data = tmp_path_factory.mktemp("hh") / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [xss, *rows, {**rows[5], "id": "dup-exact"}, near]))
+    inputs, _ = load_inputs(str(data))
+    report_dir = data.parent / "report"
+    outcome = run_gate(inputs, load_config(None), report_dir=report_dir)
+    return {r.id: r for r in outcome.results}, report_dir, inputs.pairs
+
+
+def _section(page: str, check_id: str) -> str:
+    start = page.index(f"<section id='examples-{check_id}'")
+    return page[start:page.index("</section>", start)]
+
+
+def test_html_shows_three_offending_pairs_escaped_and_folded(hh_gate):
+    results, report_dir, pairs = hh_gate
+    assert results["length_ratio"].status == "fail" and results["length_ratio"].n_offending > 3
+    page = (report_dir / "report.html").read_text()
+    ratio = _section(page, "length_ratio")
+    shown = results["length_ratio"].offending[:3]
+    assert shown[0] == "xss" and ratio.count("<tr class='pair'>") == 3
+    assert all(f"<code>{i}</code>" in ratio for i in shown)
+    # untrusted text is escaped, never live markup; long texts are cut with a fold holding the rest
+    assert "<script" not in page and "&lt;script&gt;alert(&#x27;pwn&#x27;)&lt;/script&gt;" in ratio
+    assert "<details>" in ratio
+    xss_chosen = pairs.filter(pl.col("id") == "xss")["chosen"][0]
+    assert html.escape(xss_chosen[-200:]) in ratio  # the fold holds the end of the long reply
+    # a failing check whose offending ids are not pairs (section names) shows no pair, and says so
+    assert "<tr class='pair'>" not in _section(page, "annotation_guidelines")
+
+
+def test_html_shows_each_duplicate_beside_its_original(hh_gate):
+    results, report_dir, pairs = hh_gate
+    assert results["exact_duplicates"].offending == ("dup-exact",)
+    assert results["exact_duplicates"].details["examples"] == [{"id": "dup-exact", "duplicate_of": "hh005"}]
+    assert "dup-near" in results["near_duplicates"].offending
+    page = (report_dir / "report.html").read_text()
+    for check_id, dup, original in [("exact_duplicates", "dup-exact", "hh005"), ("near_duplicates", "dup-near", "hh007")]:
+        section = _section(page, check_id)
+        # one row: the duplicate's column, then the original's
+        head = f"<tr><th></th><th>duplicate <code>{dup}</code></th><th>duplicates <code>{original}</code></th></tr>"
+        assert head in section, section[:500]
+        row = pairs.filter(pl.col("id") == original).row(0, named=True)
+        assert html.escape(row["prompt"][:100]) in section
+    near = _section(page, "near_duplicates")
+    assert near.count("<table class='dup'>") == len(results["near_duplicates"].offending[:3])
+
+
+def test_markdown_names_the_examples_by_id(hh_gate):
+    results, report_dir, _ = hh_gate
+    text = (report_dir / "report.md").read_text()
+    exact = text[text.index("## exact_duplicates (fail)"):]
+    assert "- `dup-exact` duplicates `hh005`" in exact
+    near = text[text.index("## near_duplicates (fail)"):]
+    assert "- `dup-near` duplicates `hh007`" in near
+    ratio = text[text.index("## length_ratio (fail)"):]
+    shown = ", ".join(f"`{i}`" for i in results["length_ratio"].offending[:3])
+    assert f"Example pairs in report.html: {shown}" in ratio
