@@ -416,36 +416,17 @@ def check_category_coverage(
         reason = "no category for some rows and no prompt column to infer one from; provide `category`"
         return skip(COVERAGE_ID, reason, min_share)
 
-    counts: dict[str, int] = {}
-    unmapped: dict[str, int] = {}
-    if n_inferred < n:
-        known = pl.DataFrame({"c": cats.filter(~pl.Series(null))}).group_by("c").len()
-        for cat, k in known.iter_rows():
-            dim = mapping.get(cat)
-            if dim is None:
-                unmapped[cat] = int(k)
-                dim = "other"
-            counts[dim] = counts.get(dim, 0) + int(k)
+    counts, unmapped = _counts_from_categories(cats.filter(~pl.Series(null)), mapping)
     if n_inferred:
         prompts = pairs["prompt"].filter(pl.Series(null)) if n_inferred < n else pairs["prompt"]
-        tags = infer_dimensions(prompts)
-        untagged = ~np.any(np.column_stack([tags[c].to_numpy() for c in tags.columns]), axis=1)
-        for dim in tags.columns:
-            counts[dim] = counts.get(dim, 0) + int(tags[dim].sum())
-        if untagged.any():
-            counts["other"] = counts.get("other", 0) + int(untagged.sum())
+        for dim, k in _counts_from_keywords(prompts).items():
+            counts[dim] = counts.get(dim, 0) + k
 
     shares = {dim: counts.get(dim, 0) / n for dim in sorted(set(counts) | set(required))}
     metric = min(shares[r] for r in required)
     offending = tuple(r for r in required if shares[r] < min_share)
     status = "fail" if offending else "pass"
-    summary = ", ".join(f"{r} {shares[r]:.1%}" for r in required)
-    message = f"shares of {n} rows: {summary} (minimum {min_share:.1%})"
-    if offending:
-        message += (f"; under-covered or missing dimensions: {', '.join(offending)} "
-                    "(offending lists dimension names, not row ids)")
-    if n_inferred:
-        message += f"; {n_inferred} rows had no category and were tagged by keywords"
+    message = _coverage_message(shares, required, min_share, offending, n, n_inferred)
     return CheckResult(
         COVERAGE_ID, status, metric=metric, threshold=min_share, offending=offending, message=message,
         details={
@@ -461,11 +442,92 @@ def check_category_coverage(
     )
 
 
+def _counts_from_categories(categories: pl.Series, mapping: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Rows per dimension from their (normalised, non-null) categories, and the categories the map
+    does not know (counted as "other")."""
+    counts: dict[str, int] = {}
+    unmapped: dict[str, int] = {}
+    for cat, k in pl.DataFrame({"c": categories}).group_by("c").len().iter_rows():
+        dim = mapping.get(cat)
+        if dim is None:
+            unmapped[cat] = int(k)
+            dim = "other"
+        counts[dim] = counts.get(dim, 0) + int(k)
+    return counts, unmapped
+
+
+def _counts_from_keywords(prompts: pl.Series) -> dict[str, int]:
+    """Rows per dimension by the keyword tagger (a prompt may count for several), untagged as "other"."""
+    tags = infer_dimensions(prompts)
+    counts = {dim: int(tags[dim].sum()) for dim in tags.columns}
+    untagged = ~np.any(np.column_stack([tags[c].to_numpy() for c in tags.columns]), axis=1)
+    if untagged.any():
+        counts["other"] = int(untagged.sum())
+    return counts
+
+
+def _coverage_message(shares: dict[str, float], required: tuple[str, ...], min_share: float,
+                      offending: tuple[str, ...], n: int, n_inferred: int) -> str:
+    summary = ", ".join(f"{r} {shares[r]:.1%}" for r in required)
+    message = f"shares of {n} rows: {summary} (minimum {min_share:.1%})"
+    if offending:
+        message += (f"; under-covered or missing dimensions: {', '.join(offending)} "
+                    "(offending lists dimension names, not row ids)")
+    if n_inferred:
+        message += f"; {n_inferred} rows had no category and were tagged by keywords"
+    return message
+
+
 # ---------------------------------------------------------------------------------------------
 # item 7: answer leakage
 # ---------------------------------------------------------------------------------------------
 #
 # Word n-gram overlap between each row's prompt and response: checks/ngrams.py (word_ngram_overlap).
+
+
+def _answer_columns(pairs: pl.DataFrame, reference_column: str) -> list[str]:
+    """The answers to look for in the prompt: `chosen` and the reference answer (`reference_column`,
+    or an `answer` column when the default "reference" is absent), those present."""
+    reference = reference_column if reference_column in pairs.columns else None
+    if reference is None and reference_column == "reference" and "answer" in pairs.columns:
+        reference = "answer"
+    return [c for c in ("chosen", reference) if c is not None and c in pairs.columns]
+
+
+def _answer_in_prompt(prompt: pl.Series, column: pl.Series, ngram: int, max_overlap: float, min_chars: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, whether its answer in `column` leaks into its prompt: (verbatim, n-gram overlap over
+    `max_overlap`, short answer found after normalising, the n-gram share itself)."""
+    n = len(prompt)
+    prompt_bytes = len_bytes(prompt)
+
+    def answer(a: int, b: int) -> pl.Series:
+        return column.slice(a, b - a).str.strip_chars()
+
+    # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
+    # copies the n-gram overlap reads) are never made for the whole column at once
+    blocks = row_blocks(prompt_bytes + len_bytes(column))
+    text_bytes = np.concatenate([len_bytes(answer(a, b)) for a, b in blocks])
+    hits, grams, words = overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
+                                            prompt_bytes + text_bytes, ngram, None)
+    del text_bytes
+    share = np.divide(hits, grams, out=np.zeros(n), where=grams > 0)
+    overlap = (grams > 0) & (share > max_overlap)
+    verbatim = np.zeros(n, dtype=bool)
+    short_hit = np.zeros(n, dtype=bool)
+    for a, b in blocks:
+        text = answer(a, b)
+        frame = pl.DataFrame({"p": prompt.slice(a, b - a), "t": text})
+        long_enough = (text.str.len_chars() >= min_chars).to_numpy()
+        found = frame.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
+        verbatim[a:b] = found & long_enough
+        short = long_enough & (words[a:b] < ngram) & ~verbatim[a:b]
+        if short.any():  # answers too short for n-grams: a substring after normalising both sides
+            rows = np.flatnonzero(short)
+            sub = frame[rows].select(normalise_expr("p").alias("p"), normalise_expr("t").alias("t"))
+            hit = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series()
+            short_hit[a + rows] = hit.to_numpy()
+    return verbatim, overlap, short_hit, share
 
 
 def check_answer_leakage(
@@ -489,10 +551,7 @@ def check_answer_leakage(
     threshold = 0.0
     if "prompt" not in pairs.columns:
         return skip(LEAKAGE_ID, "no prompt column; provide `prompt`", threshold)
-    reference = reference_column if reference_column in pairs.columns else None
-    if reference is None and reference_column == "reference" and "answer" in pairs.columns:
-        reference = "answer"
-    targets = [c for c in ("chosen", reference) if c is not None and c in pairs.columns]
+    targets = _answer_columns(pairs, reference_column)
     if not targets:
         return skip(LEAKAGE_ID, f"no answer to look for: provide `chosen` or a `{reference_column}` column", threshold)
     if pairs.height == 0:
@@ -502,39 +561,12 @@ def check_answer_leakage(
 
     n = pairs.height
     prompt = pairs["prompt"].cast(pl.String).fill_null("")
-    prompt_bytes = len_bytes(prompt)
     row_flag = np.zeros(n, dtype=bool)
     by_target: dict[str, dict[str, int]] = {}
     max_share_seen = 0.0
     for target in targets:
         column = pairs[target].cast(pl.String).fill_null("")
-
-        def answer(a: int, b: int) -> pl.Series:
-            return column.slice(a, b - a).str.strip_chars()
-
-        # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
-        # copies the n-gram overlap reads) are never made for the whole column at once
-        blocks = row_blocks(prompt_bytes + len_bytes(column))
-        text_bytes = np.concatenate([len_bytes(answer(a, b)) for a, b in blocks])
-        hits, grams, words = overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
-                                                prompt_bytes + text_bytes, ngram, None)
-        del text_bytes
-        share = np.divide(hits, grams, out=np.zeros(n), where=grams > 0)
-        overlap = (grams > 0) & (share > max_overlap)
-        verbatim = np.zeros(n, dtype=bool)
-        short_hit = np.zeros(n, dtype=bool)
-        for a, b in blocks:
-            text = answer(a, b)
-            frame = pl.DataFrame({"p": prompt.slice(a, b - a), "t": text})
-            long_enough = (text.str.len_chars() >= min_chars).to_numpy()
-            found = frame.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
-            verbatim[a:b] = found & long_enough
-            short = long_enough & (words[a:b] < ngram) & ~verbatim[a:b]
-            if short.any():
-                rows = np.flatnonzero(short)
-                sub = frame[rows].select(normalise_expr("p").alias("p"), normalise_expr("t").alias("t"))
-                hit = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series()
-                short_hit[a + rows] = hit.to_numpy()
+        verbatim, overlap, short_hit, share = _answer_in_prompt(prompt, column, ngram, max_overlap, min_chars)
         flag = verbatim | overlap | short_hit
         row_flag |= flag
         max_share_seen = max(max_share_seen, float(share.max(initial=0.0)))

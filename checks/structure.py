@@ -428,6 +428,62 @@ def check_same_policy(
     check_id = "same_policy"
     if pairs.height == 0:
         return skip(check_id, "no pairs to check", 0.0)
+    frame, candidates = _model_evidence_sources(pairs, comparisons)
+    models, n_settings = _sampler_models(lineage)
+    if not candidates and not models:
+        return skip(
+            check_id,
+            "no model evidence: provide chosen_model/rejected_model (or model_a/model_b, or a cmp_key "
+            "'modelA_modelB') columns, comparisons with them, or lineage components.sampler with a model",
+            0.0,
+        )
+    ev = _models_per_row(frame, candidates, models)
+    with_evidence = ev["source"].is_not_null()
+    n_evidence = int(with_evidence.sum())
+    if n_evidence == 0:
+        return skip(
+            check_id,
+            "no row names its models: fill chosen_model/rejected_model, model_a/model_b or cmp_key, "
+            "or give lineage components.sampler with a model",
+            0.0,
+        )
+    offending = ids(pairs, ev["different"] | ev["undetermined"].fill_null(False))
+    n_different = int(ev["different"].sum())
+    n_undetermined = int(ev["undetermined"].fill_null(False).sum())
+    metric = len(offending) / n_evidence
+    sources = dict(ev.filter(with_evidence).group_by("source").len().sort("source").iter_rows())
+    n = pairs.height
+    parts = [f"{len(offending)} of {n_evidence} pairs with model evidence do not come from one policy"]
+    if n_different:
+        parts.append(f"{n_different} pairs have chosen and rejected from different models")
+    if n_undetermined:
+        parts.append(f"{n_undetermined} rely on a lineage naming {len(models)} sampler models ({', '.join(models)})")
+    if n - n_evidence:
+        parts.append(f"{n - n_evidence} pairs have no model evidence and were not checked")
+    if len(models) == 1 and n_settings > 1:
+        parts.append(f"lineage lists {n_settings} sampler settings for model {models[0]}: check they are one sampling setup")
+    return CheckResult(
+        check_id, _status(metric > 0.0), metric=metric, threshold=0.0, offending=offending,
+        message="; ".join(parts),
+        details={
+            "model_pairs": _model_pairs_seen(ev),
+            "evidence": {str(k): int(v) for k, v in sources.items()},
+            "lineage_models": models,
+            "lineage_sampler_settings": n_settings,
+            "n_different_models": n_different,
+            "n_undetermined": n_undetermined,
+            "n_without_evidence": n - n_evidence,
+            "n_pairs": n,
+            "n_offending": len(offending),
+        },
+    )
+
+
+def _model_evidence_sources(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
+                            ) -> tuple[pl.DataFrame, list[tuple[str, pl.Expr, pl.Expr]]]:
+    """The frame to read model evidence from (pairs, joined on `id` to the comparisons' model
+    columns when they have some) and each source of evidence, in order of precedence:
+    (name, first model, second model)."""
     frame = pairs
     candidates: list[tuple[str, pl.Expr, pl.Expr]] = []
 
@@ -451,15 +507,13 @@ def check_same_policy(
             frame = pairs.with_columns(pl.col("id").cast(pl.String).alias("__id")).join(
                 extra, left_on="__id", right_on="id", how="left", maintain_order="left")
             add_sources(frame.columns, "__cmp_", "comparisons.")
-    models, n_settings = _sampler_models(lineage)
-    if not candidates and not models:
-        return skip(
-            check_id,
-            "no model evidence: provide chosen_model/rejected_model (or model_a/model_b, or a cmp_key "
-            "'modelA_modelB') columns, comparisons with them, or lineage components.sampler with a model",
-            0.0,
-        )
+    return frame, candidates
 
+
+def _models_per_row(frame: pl.DataFrame, candidates: list[tuple[str, pl.Expr, pl.Expr]], models: list[str]) -> pl.DataFrame:
+    """Per row: its two models `a`, `b` from the first source that names both, the `source` used
+    (null without evidence), whether the models differ, and whether the row is `undetermined`
+    (only a lineage naming several sampler models speaks for it)."""
     none = pl.repeat(None, pl.len(), dtype=pl.String)  # a column, so a frame without evidence keeps its height
     first, second, source = none, none, none
     for name, a, b in reversed(candidates):  # the earliest source wins: it is applied last
@@ -474,24 +528,14 @@ def check_same_policy(
         fallback = "undetermined" if models else None
     source = source.fill_null(pl.lit(fallback, pl.String))
     ev = frame.select(first.alias("a"), second.alias("b"), source.alias("source"))
-    ev = ev.with_columns(
+    return ev.with_columns(
         different=(pl.col("a").str.to_lowercase() != pl.col("b").str.to_lowercase()).fill_null(False),
         undetermined=pl.col("source") == "undetermined",
     )
-    with_evidence = ev["source"].is_not_null()
-    n_evidence = int(with_evidence.sum())
-    if n_evidence == 0:
-        return skip(
-            check_id,
-            "no row names its models: fill chosen_model/rejected_model, model_a/model_b or cmp_key, "
-            "or give lineage components.sampler with a model",
-            0.0,
-        )
-    mask = (ev["different"] | ev["undetermined"].fill_null(False))
-    offending = ids(pairs, mask)
-    n_different = int(ev["different"].sum())
-    n_undetermined = int(ev["undetermined"].fill_null(False).sum())
-    metric = len(offending) / n_evidence
+
+
+def _model_pairs_seen(ev: pl.DataFrame) -> list[dict]:
+    """The (unordered) model pairs seen, most common first, top TOP_MODEL_PAIRS."""
     seen = (
         ev.filter(pl.col("a").is_not_null() & pl.col("b").is_not_null())
         .select(lo=pl.min_horizontal("a", "b"), hi=pl.max_horizontal("a", "b"), different="different")
@@ -499,34 +543,8 @@ def check_same_policy(
         .sort(["len", "lo", "hi"], descending=[True, False, False])
         .head(TOP_MODEL_PAIRS)
     )
-    model_pairs = [{"models": [r["lo"], r["hi"]], "n": int(r["len"]), "same": not r["different"]}
-                   for r in seen.iter_rows(named=True)]
-    sources = dict(ev.filter(with_evidence).group_by("source").len().sort("source").iter_rows())
-    n = pairs.height
-    parts = [f"{len(offending)} of {n_evidence} pairs with model evidence do not come from one policy"]
-    if n_different:
-        parts.append(f"{n_different} pairs have chosen and rejected from different models")
-    if n_undetermined:
-        parts.append(f"{n_undetermined} rely on a lineage naming {len(models)} sampler models ({', '.join(models)})")
-    if n - n_evidence:
-        parts.append(f"{n - n_evidence} pairs have no model evidence and were not checked")
-    if len(models) == 1 and n_settings > 1:
-        parts.append(f"lineage lists {n_settings} sampler settings for model {models[0]}: check they are one sampling setup")
-    return CheckResult(
-        check_id, _status(metric > 0.0), metric=metric, threshold=0.0, offending=offending,
-        message="; ".join(parts),
-        details={
-            "model_pairs": model_pairs,
-            "evidence": {str(k): int(v) for k, v in sources.items()},
-            "lineage_models": models,
-            "lineage_sampler_settings": n_settings,
-            "n_different_models": n_different,
-            "n_undetermined": n_undetermined,
-            "n_without_evidence": n - n_evidence,
-            "n_pairs": n,
-            "n_offending": len(offending),
-        },
-    )
+    return [{"models": [r["lo"], r["hi"]], "n": int(r["len"]), "same": not r["different"]}
+            for r in seen.iter_rows(named=True)]
 
 
 # -- item 10: size -------------------------------------------------------------------------------

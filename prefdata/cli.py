@@ -66,7 +66,7 @@ def import_cmd(
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
-    from prefdata.importer import import_file, version_tables
+    from prefdata.importer import import_file, import_to_store
     from prefdata.writers import write_rows, write_quarantine
 
     if (name is None) == (out is None):
@@ -85,11 +85,7 @@ def import_cmd(
         from prefdata.store import Store
 
         st = Store(store)
-        version = st.create(
-            name, version_tables(result), quarantine=result.quarantine, counts=summary,
-            lineage={"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}},
-            guidelines=guidelines,
-        )
+        version = import_to_store(result, name, st, guidelines)
         summary["version"] = version.ref
         summary["status"] = version.status  # the same content imported again keeps its status
         summary["store"] = st.url

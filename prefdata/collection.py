@@ -4,8 +4,10 @@ Prefect: the collect flow calls them, tests call them directly.
 Who labels a comparison (its `label_source`):
 
     route "judge"            the judge's label
-    route "human" / "both"   the majority of the human votes when there are votes ("both" is the
-                             audit: humans overrule the judge, and their agreement is measured);
+    route "human" / "both"   the human votes' label when there are votes: their majority, or with
+                             aggregate "dawid-skene" the label of checks/agreement.py's Dawid-Skene
+                             model, which weighs each annotator by its estimated quality ("both" is
+                             the audit: humans overrule the judge, and their agreement is measured);
                              with no votes yet, "both" keeps the judge's label and "human" stays
                              unlabeled (`awaiting_votes`) until a later run pulls votes
 
@@ -16,11 +18,9 @@ pairs awaiting votes stay in the comparisons table, counted by reason.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
-from prefdata.errors import UnusableInput
 from prefdata.records import VOTE_COLUMNS
 
 # What a pair row keeps from its comparison (the store's pairs table stays lean; the rest is in comparisons).
@@ -43,15 +43,11 @@ def chunk_seed(seed: int, prompts: Iterable[str]) -> int:
 
 
 def import_target(spec: str) -> Callable:
-    """'package.module:function' -> the function; one clear line when it is not there."""
-    module_name, _, name = spec.partition(":")
-    try:
-        target = getattr(importlib.import_module(module_name), name) if name else None
-    except (ImportError, AttributeError) as exc:
-        raise UnusableInput(f"{spec!r}: cannot import it ({type(exc).__name__}: {exc}); give module:function") from None
-    if not callable(target):
-        raise UnusableInput(f"{spec!r} is not a function; give module:function")
-    return target
+    """'package.module:function' -> the function (a rule verifier); one line naming what was looked
+    for when it is not there (prefdata/targets.py, the one loader)."""
+    from prefdata.targets import load_target
+
+    return load_target(spec, what="verifier")
 
 
 def _majority(votes: list[str]) -> str | None:
@@ -60,12 +56,24 @@ def _majority(votes: list[str]) -> str | None:
     return majority(votes)
 
 
-def label(routed: list[dict], comparisons: list[dict], votes: list[dict]) -> list[dict]:
+AGGREGATES = ("majority", "dawid-skene")
+
+
+def label(routed: list[dict], comparisons: list[dict], votes: list[dict], aggregate: str = "majority") -> list[dict]:
     """Comparison rows (in the order given) with `label`, `label_source` and the judge's and router's
-    columns; `routed` is prefdata.routing.route's output for the same comparisons."""
+    columns; `routed` is prefdata.routing.route's output for the same comparisons. `aggregate` turns
+    a pair's human votes into its label: "majority" (more than half agree, else no label) or
+    "dawid-skene" (EM over all the votes of the run: an annotator who votes at random counts for
+    little; every voted pair gets its most probable label, where a majority may find none)."""
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"aggregate {aggregate!r}: choose one of {', '.join(AGGREGATES)}")
     by_pair: dict[str, list[str]] = {}
     for v in votes:
         by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+    if aggregate == "dawid-skene":
+        from prefdata.checks.agreement import dawid_skene_labels
+
+        estimated = dawid_skene_labels([{k: v[k] for k in ("pair_id", "annotator", "vote")} for v in votes])
     out = []
     for comparison, r in zip(comparisons, routed, strict=True):
         if comparison["pair_id"] != r["pair_id"]:
@@ -74,7 +82,7 @@ def label(routed: list[dict], comparisons: list[dict], votes: list[dict]) -> lis
         if r["route"] == "judge" or (r["route"] == "both" and not human):
             value, source = r["judge_label"], "judge"
         elif human:
-            value, source = _majority(human), "human"
+            value, source = (estimated.get(r["pair_id"]) if aggregate == "dawid-skene" else _majority(human)), "human"
         else:
             value, source = None, None
         row = {**comparison, "label": value, "label_source": source,

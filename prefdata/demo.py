@@ -123,14 +123,7 @@ def _humans(config: DemoConfig, out_dir: Path, say: Callable[[str], None]):
 
 
 def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.py
-    # Prefect's ephemeral API server gets 20 s to start by default; on two busy cores it can need more.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    # The stages print their own progress; Prefect's per-task INFO lines would bury it (its UI has them).
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars on every from_pretrained: noise here
+    _quiet_libraries()
     config = config or DemoConfig()
     if config.rounds < 1:
         from prefdata.errors import UnusableInput
@@ -140,20 +133,8 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stages = Stages(1 + 4 * config.rounds, say)
-
-    from prefdata.world import build_world
-
-    with stages.stage("world", "the demo world: the shipped SFT (policy) and judge models"):
-        world = build_world(log=lambda msg: say(f"      {msg}"))
-        before = world.info()["metrics"]
-        say(f"      {world.root}: SFT task accuracy {before['task_accuracy']:.3f}, judge solves "
-            f"{world.info()['judge']['metrics']['task_accuracy']:.3f} of held-out problems")
-
-    from prefdata.trainers.common import write_sft_file
-    from prefdata.world import WorldConfig, sft_data
-
-    general = write_sft_file(out_dir / "general_sft.jsonl",
-                             [(e.prompt, e.completion) for e in sft_data(WorldConfig()) if e.kind == "reverse"])
+    world, before = _world_stage(stages, say)
+    general = _general_sft_file(out_dir)
     # Each round samples from the model the previous round trained, on fresh prompts, and its draft
     # names the previous round's validated version as its parent.
     rounds, policy, parent = [], str(world.sft), None
@@ -161,12 +142,52 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
         done = _round(number, config, world, policy, parent, out_dir, general, stages, say)
         rounds.append(done)
         policy, parent = done["model_dir"], done["dataset_version"]
+    summary = _demo_summary(config, world, before, rounds, stages, time.perf_counter() - started)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out_dir / "summary.md").write_text(render_summary(summary))
+    say(render_summary(summary))
+    return summary
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.py
+    # Prefect's ephemeral API server gets 20 s to start by default; on two busy cores it can need more.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    # The stages print their own progress; Prefect's per-task INFO lines would bury it (its UI has them).
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on every from_pretrained: noise here
+
+
+def _world_stage(stages: Stages, say: Callable[[str], None]):
+    """The demo world (built once, then reused) and its SFT model's metrics before any round."""
+    from prefdata.world import build_world
+
+    with stages.stage("world", "the demo world: the shipped SFT (policy) and judge models"):
+        world = build_world(log=lambda msg: say(f"      {msg}"))
+        before = world.info()["metrics"]
+        say(f"      {world.root}: SFT task accuracy {before['task_accuracy']:.3f}, judge solves "
+            f"{world.info()['judge']['metrics']['task_accuracy']:.3f} of held-out problems")
+    return world, before
+
+
+def _general_sft_file(out_dir: Path) -> Path:
+    """General SFT examples (the world's "reverse" task), mixed into training against forgetting."""
+    from prefdata.trainers.common import write_sft_file
+    from prefdata.world import WorldConfig, sft_data
+
+    return write_sft_file(out_dir / "general_sft.jsonl",
+                          [(e.prompt, e.completion) for e in sft_data(WorldConfig()) if e.kind == "reverse"])
+
+
+def _demo_summary(config: DemoConfig, world, before: dict, rounds: list[dict], stages: Stages, seconds: float) -> dict:
+    """The run's summary: before and after, the judge, audit and labels over every round's comparisons."""
     last = rounds[-1]
     rows = [row for r in rounds for row in r.pop("_rows")]
     judge_stats = {**judge_summary(rows), "first_position_rate": _mean_rate(rounds),
                    "model": str(world.judge), "template": last["judge_template"]}
-
-    summary = {
+    return {
         "task_accuracy_before": before["task_accuracy"],
         "task_accuracy_after": last["task_accuracy"],
         "general_accuracy_before": before["general_accuracy"],
@@ -185,27 +206,15 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
         "report_dir": last["report_dir"],
         "rounds": [{k: v for k, v in r.items() if k not in ("dataset", "annotation", "report_dir", "judge_template",
                                                             "_first_position")} for r in rounds],
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(seconds, 1),
         "stage_seconds": stages.seconds,
         "config": asdict(config),
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (out_dir / "summary.md").write_text(render_summary(summary))
-    say(render_summary(summary))
-    return summary
 
 
 def _round(number: int, config: DemoConfig, world, policy: str, parent: str | None, out_dir: Path, general: Path,
            stages: Stages, say: Callable[[str], None]) -> dict:
     """One turn of the flywheel: collect from `policy`, gate and publish, train from it, evaluate."""
-    from prefdata.checks.checklist import load_config
-    from prefdata.filtering import filter_version
-    from prefdata.flows.collect import collect
-    from prefdata.flows.gate import publish
-    from prefdata.flows.params import Checks, Engine, Judge, Policy, Prompts, Routing, Training
-    from prefdata.flows.train import train
-    from prefdata.local_serve import TransformersServe
-    from prefdata.store import Store
     from prefdata.world import evaluate
     from prefdata.world.judge import JUDGE_TEMPLATE_NAME
 
@@ -213,6 +222,38 @@ def _round(number: int, config: DemoConfig, world, policy: str, parent: str | No
     where = out_dir if config.rounds == 1 else out_dir / f"round{number}"
     where.mkdir(parents=True, exist_ok=True)
     store = str(out_dir / "store")
+    collected, via = _collect_stage(number, config, world, policy, parent, out_dir, where, tag, stages, say)
+    rows = _comparisons(store, collected["version"])
+    published = _publish_stage(collected["version"], config, where, store, tag, stages, say)
+    trained = _train_stage(published["dataset"], config, world, policy, general, where, store, tag, stages)
+    with stages.stage(f"evaluate{tag}", "held-out accuracy of the trained model (the verifier, greedy)"):
+        after = evaluate(trained["model_dir"], world=world.root)
+    decided = sum(r["judge_label"] is not None for r in rows)
+    return {
+        "round": number, "policy": policy, "parent": parent, "draft": collected["version"],
+        "dataset_version": published["dataset"], "pairs": _pairs_in(store, published["dataset"]),
+        "comparisons": len(rows), "judge_decided_share": decided / len(rows) if rows else None,
+        "human_share": label_sources(rows)["human_share"],
+        "task_accuracy": after["task_accuracy"], "general_accuracy": after["general_accuracy"],
+        "model_dir": trained["model_dir"], "iaa": _iaa(store, published["dataset"]),
+        "dataset": {"draft": collected["version"],
+                    **{k: collected[k] for k in ("prompts", "candidates", "comparisons", "queued", "votes", "routes")}},
+        "annotation": via, "report_dir": published.get("report_dir"), "judge_template": JUDGE_TEMPLATE_NAME,
+        # weighted by the pairs whose two replies both parsed (the rate's denominator, ties aside)
+        "_first_position": (collected["judge"].get("first_position_rate"),
+                            collected["judge"]["consistent"] + collected["judge"]["inconsistent"]), "_rows": rows,
+    }
+
+
+def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: str | None, out_dir: Path,
+                   where: Path, tag: str, stages: Stages, say: Callable[[str], None]) -> tuple[dict, str]:
+    """The collect flow from `policy` with the world's LLM judge behind `transformers serve`; returns
+    its result and who answered the human queue."""
+    from prefdata.flows.collect import collect
+    from prefdata.flows.params import Engine, Judge, Policy, Routing
+    from prefdata.local_serve import TransformersServe
+    from prefdata.world.judge import JUDGE_TEMPLATE_NAME
+
     prompts = _round_prompts(number, config.prompts, where)
     who = "the SFT model" if parent is None else f"round {number - 1}'s model"
     with stages.stage(f"collect{tag}", f"collect: {config.prompts} prompts x {config.candidates} candidates from "
@@ -225,42 +266,47 @@ def _round(number: int, config: DemoConfig, world, policy: str, parent: str | No
                                 policy=Policy(model=policy, candidates=config.candidates, max_new_tokens=6),
                                 judge=judge, routing=Routing(audit_share=config.audit_share), humans=humans,
                                 engine=Engine(cache_dir=str(out_dir / "cache")),
-                                guidelines=config.guidelines, store=store, parent=parent)
+                                guidelines=config.guidelines, store=str(out_dir / "store"), parent=parent)
         say(f"      {collected['comparisons']} comparisons, judge decided {collected['judge']['decided']}, "
             f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")
-    rows = _comparisons(store, collected["version"])
+    return collected, via
+
+
+def _publish_stage(draft: str, config: DemoConfig, where: Path, store: str, tag: str, stages: Stages,
+                   say: Callable[[str], None]) -> dict:
+    """Filter the draft into a child version, then the publish flow (the checklist gate) on it."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.filtering import filter_version
+    from prefdata.flows.gate import publish
+    from prefdata.flows.params import Checks
+    from prefdata.store import Store
 
     _quiet_great_expectations()
     with stages.stage(f"publish{tag}", "filter duplicates and degenerate pairs, run the checklist gate, publish"):
-        filtered, counts = filter_version(Store(store), collected["version"], config=load_config(Path(config.checklist)))
+        filtered, counts = filter_version(Store(store), draft, config=load_config(Path(config.checklist)))
         say(f"      filter: {counts['read']} pairs = {counts['kept']} kept + {counts['quarantined']} quarantined "
             f"{counts['reasons']} -> {filtered.ref}")
-        published = publish(filtered.ref, Checks(config=config.checklist, report_dir=str(where / "report")), store=store)
+        return publish(filtered.ref, Checks(config=config.checklist, report_dir=str(where / "report")), store=store)
+
+
+def _train_stage(dataset: str, config: DemoConfig, world, policy: str, general: Path, where: Path, store: str,
+                 tag: str, stages: Stages) -> dict:
+    """The train flow from the published version, the world's evaluator and general SFT data mixed in."""
+    from prefdata.flows.params import Training
+    from prefdata.flows.train import train
 
     training = {"evaluator": "prefdata.world:evaluate", "evaluator_kwargs": {"world": str(world.root)},
                 "general_sft": str(general), **config.training}
-    with stages.stage(f"train{tag}", f"{config.method} from {published['dataset']} (per-step log: {where / 'train.log'})"):
+    with stages.stage(f"train{tag}", f"{config.method} from {dataset} (per-step log: {where / 'train.log'})"):
         with _quiet(where / "train.log"):
-            trained = train(published["dataset"], Training(method=config.method, config=training, base_model=policy,
-                                                           output_dir=str(where / "model")), store=store)
+            return train(dataset, Training(method=config.method, config=training, base_model=policy,
+                                           output_dir=str(where / "model")), store=store)
 
-    with stages.stage(f"evaluate{tag}", "held-out accuracy of the trained model (the verifier, greedy)"):
-        after = evaluate(trained["model_dir"], world=world.root)
-    decided = sum(r["judge_label"] is not None for r in rows)
-    return {
-        "round": number, "policy": policy, "parent": parent, "draft": collected["version"],
-        "dataset_version": published["dataset"], "pairs": Store(store).get(published["dataset"]).manifest["counts"].get("pairs"),
-        "comparisons": len(rows), "judge_decided_share": decided / len(rows) if rows else None,
-        "human_share": label_sources(rows)["human_share"],
-        "task_accuracy": after["task_accuracy"], "general_accuracy": after["general_accuracy"],
-        "model_dir": trained["model_dir"], "iaa": _iaa(store, published["dataset"]),
-        "dataset": {"draft": collected["version"],
-                    **{k: collected[k] for k in ("prompts", "candidates", "comparisons", "queued", "votes", "routes")}},
-        "annotation": via, "report_dir": published.get("report_dir"), "judge_template": JUDGE_TEMPLATE_NAME,
-        # weighted by the pairs whose two replies both parsed (the rate's denominator, ties aside)
-        "_first_position": (collected["judge"].get("first_position_rate"),
-                            collected["judge"]["consistent"] + collected["judge"]["inconsistent"]), "_rows": rows,
-    }
+
+def _pairs_in(store: str, ref: str) -> int | None:
+    from prefdata.store import Store
+
+    return Store(store).get(ref).manifest["counts"].get("pairs")
 
 
 def _quiet_great_expectations() -> None:

@@ -10,29 +10,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from prefdata.columnar import convert_columnar
 from prefdata.errors import UnusableInput
-from prefdata.formats import (
-    CONVERTERS,
-    FORMATS,
-    SCORE_COLUMNS,
-    Converted,
-    RowRejected,
-    detect_format,
-    majority,
-    parse_vote,
-    required_columns,
-    resolve,
-    unresolved_reason,
-)
+from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, majority, parse_vote, resolve, unresolved_reason
 from prefdata.readers import RawRow, read_rows
 from prefdata.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
+from prefdata.rows import check_format, convert_row, quarantine_entry
+
+if TYPE_CHECKING:
+    from prefdata.store import Store, Version
 
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB per text field
-QUARANTINE_RAW_CHARS = 2000  # raw values are cut in the quarantine file so it stays readable
 
 Track = Callable[[Iterable[Any], str, int], Iterable[Any]]
 
@@ -89,32 +81,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _cut(value: Any) -> Any:
-    if isinstance(value, bytes):  # a Parquet binary column: shown, not lost, in a JSON file
-        value = value.decode("utf-8", errors="backslashreplace")
-    if isinstance(value, str) and len(value) > QUARANTINE_RAW_CHARS:
-        return value[:QUARANTINE_RAW_CHARS] + f"... [{len(value)} chars]"
-    if isinstance(value, dict):
-        return {k: _cut(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cut(v) for v in value[:50]]
-    return value
-
-
-def _quarantine_entry(path: Path, row: RawRow, reason: str, detail: str) -> dict[str, Any]:
-    return {"file": str(path), "row": row.number, "reason": reason, "detail": detail,
-            "raw": _cut(row.data) if row.data is not None else row.text}
-
-
-def _too_large(data: dict[str, Any], limit: int) -> str | None:
-    for name, value in data.items():
-        if isinstance(value, str) and len(value) > limit // 4 and len(value.encode("utf-8")) > limit:
-            return name
-        if isinstance(value, list) and sum(len(str(v)) for v in value) > limit:
-            return name
-    return None
-
-
 def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFrame:
     present = {k for r in records for k in r}
     columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
@@ -133,33 +99,6 @@ def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
     return check_format(path, fmt, columns, all_columns, good[0].data)
 
 
-def check_format(path: Path, fmt: str, columns: set[str], all_columns: set[str], sample: dict[str, Any]) -> str:
-    """The format (detected from the first rows' columns and the first row when "auto"), once the
-    file has the columns it needs; UnusableInput otherwise."""
-    if fmt == "auto":
-        try:
-            fmt = detect_format(columns, sample)
-        except ValueError as exc:
-            raise UnusableInput(f"{path}: {exc}; pass --format with one of {', '.join(FORMATS[1:])}") from None
-    elif fmt not in CONVERTERS:
-        raise UnusableInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    for alternatives in required_columns(fmt):
-        if not all_columns.intersection(alternatives):
-            raise UnusableInput(
-                f"{path}: missing column {' or '.join(repr(a) for a in alternatives)} "
-                f"needed by format {fmt!r} (columns: {', '.join(sorted(all_columns))})"
-            )
-    return fmt
-
-
-def convert_row(data: dict[str, Any], convert: Callable[[dict[str, Any]], Converted], max_text_bytes: int) -> Converted:
-    """One parsed row as a record (its `id` None when the source has none); RowRejected says why not."""
-    big = _too_large(data, max_text_bytes)
-    if big:
-        raise RowRejected(f"text_too_large:{big}", f"over {max_text_bytes} bytes (--max-text-bytes)")
-    return convert(data)
-
-
 def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]]) -> tuple[list[dict], int]:
     """The long votes table: pair_id, annotator, vote. Returns kept votes and the rows read."""
     rows = list(read_rows(path))
@@ -171,7 +110,7 @@ def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]
     kept: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         if row.data is None:
-            quarantine.append(_quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
         try:
             pid, annotator = row.data.get("pair_id"), row.data.get("annotator")
@@ -191,7 +130,7 @@ def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]
             if previous is not None:
                 raise RowRejected("duplicate_vote", f"{annotator} voted twice on {pid}")
         except RowRejected as rejected:
-            quarantine.append(_quarantine_entry(path, row, rejected.reason, rejected.detail))
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
             continue
         kept[(pid, annotator)] = {"pair_id": pid, "annotator": annotator, "vote": vote}
     return list(kept.values()), len(rows)
@@ -211,8 +150,6 @@ def import_file(
     file, or `columnar=False`, goes row by row, the reference the columnar path is tested against."""
     path = Path(src)
     if columnar:
-        from prefdata.columnar import convert_columnar
-
         done = convert_columnar(path, fmt, max_text_bytes)
         if done is not None:
             return _finish(path, done.format, done.pairs, [], [], done.quarantine, done.read, votes)
@@ -237,25 +174,13 @@ def import_rows(
     content_by_id: dict[str, tuple] = {}
     for row in (track(rows, f"importing {path.name}", len(rows)) if track else rows):
         if row.data is None:
-            quarantine.append(_quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
         try:
             item = convert_row(row.data, convert, max_text_bytes)
-            record = item.record
-            content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
-            if record["id"] is None:
-                # No source id: the content id, numbered on repeats so rows (and their votes)
-                # stay apart; re-importing the same file gives the same ids.
-                record["id"] = record["pair_id"]
-                repeat = 1
-                while record["id"] in content_by_id:
-                    repeat += 1
-                    record["id"] = f"{record['pair_id']}-{repeat}"
-            elif content_by_id.get(record["id"], content) != content:
-                raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
-            content_by_id[record["id"]] = content
+            _assign_id(item.record, content_by_id)
         except RowRejected as rejected:
-            quarantine.append(_quarantine_entry(path, row, rejected.reason, rejected.detail))
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
             continue
         converted.append(item)
 
@@ -263,6 +188,39 @@ def import_rows(
     comparisons = [c.record for c in converted if c.kind == "comparison"]
     vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
     return _finish(path, fmt, pairs, comparisons, vote_rows, quarantine, len(rows), votes, aggregate)
+
+
+def _assign_id(record: dict[str, Any], content_by_id: dict[str, tuple]) -> None:
+    """Give `record` its row id and note it in `content_by_id` (id -> content of the rows so far);
+    RowRejected when a source id is reused for other content."""
+    content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
+    if record["id"] is None:
+        # No source id: the content id, numbered on repeats so rows (and their votes)
+        # stay apart; re-importing the same file gives the same ids.
+        record["id"] = record["pair_id"]
+        repeat = 1
+        while record["id"] in content_by_id:
+            repeat += 1
+            record["id"] = f"{record['pair_id']}-{repeat}"
+    elif content_by_id.get(record["id"], content) != content:
+        raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
+    content_by_id[record["id"]] = content
+
+
+def _label_comparisons(comparisons: list[dict[str, Any]], vote_rows: list[dict[str, Any]], aggregate: str) -> None:
+    """Set each voted comparison's `label` from its votes (in place): their majority, or with
+    aggregate "dawid-skene" the votes weighted by each annotator's estimated quality
+    (checks/agreement.py). Votes decide; a label column only counts without votes."""
+    by_pair: dict[str, list[str]] = {}
+    for v in vote_rows:
+        by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+    if aggregate == "dawid-skene":
+        from prefdata.checks.agreement import dawid_skene_labels
+
+        estimated = dawid_skene_labels(vote_rows)
+    for record in comparisons:
+        if record["id"] in by_pair:
+            record["label"] = estimated[record["id"]] if aggregate == "dawid-skene" else majority(by_pair[record["id"]])
 
 
 def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[str, Any]],
@@ -280,17 +238,7 @@ def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[st
         vote_rows.extend(long_votes)
         votes_read += votes_read_long
     if comparisons:
-        by_pair: dict[str, list[str]] = {}
-        for v in vote_rows:
-            by_pair.setdefault(v["pair_id"], []).append(v["vote"])
-        # --aggregate dawid-skene: votes weighted by each annotator's estimated quality (checks/agreement.py)
-        if aggregate == "dawid-skene":
-            from prefdata.checks.agreement import dawid_skene_labels
-
-            estimated = dawid_skene_labels(vote_rows)
-        for record in comparisons:
-            if record["id"] in by_pair:  # votes decide; a label column only counts without votes
-                record["label"] = estimated[record["id"]] if aggregate == "dawid-skene" else majority(by_pair[record["id"]])
+        _label_comparisons(comparisons, vote_rows, aggregate)
         resolved = [p for p in map(resolve, comparisons) if p is not None]
         pairs = _frame(pairs.to_dicts() + resolved, PAIR_COLUMNS)
 
@@ -319,3 +267,12 @@ def version_tables(result: ImportResult) -> dict[str, dict[str, pl.DataFrame]]:
     from prefdata.store import tables_for
 
     return tables_for(result.pairs, result.comparisons, result.votes)
+
+
+def import_to_store(result: ImportResult, name: str, store: Store, guidelines: str | None = None) -> Version:
+    """An import as a draft version of `name`: its tables, quarantine and counts, and where it came
+    from (the source files with their sha256, the format that read them). The same content imported
+    again is the same version, its status kept."""
+    lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
+    return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
+                        lineage=lineage, guidelines=guidelines)

@@ -7,6 +7,7 @@ the raw replies kept, and such pairs route to humans (prefdata.routing).
                                        in both orders (A/B, then swapped), FastChat-style (Zheng et al.
                                        2023, "Judging LLM-as-a-judge"): only agreeing orders give a label
     RewardModelJudge(path)             a sequence-classification reward model scores both sides
+                                       (prompt + response + eos, prefdata/reward_scoring.py)
     RuleJudge(verifier)                a verifier (prompt, completion) -> bool | float decides
 
 Every Verdict names its judge, model and (LLM) template name, version and sha256; JudgeReport
@@ -291,29 +292,20 @@ class RewardModelJudge:
     name = "reward-model"
 
     def __init__(self, model_path: str | Path, batch_size: int = 16, tie_margin: float = 0.0, device: str = "cpu"):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from prefdata.reward_scoring import RewardModelScorer
 
         self.model_path, self.batch_size, self.tie_margin = str(model_path), batch_size, tie_margin
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(model_path).to(device).eval()
-        self.model.config.pad_token_id = self.tokenizer.pad_token_id  # the model scores the last non-pad token
+        # prompt + response + eos, as TRL's RewardTrainer trained it (prefdata/reward_scoring.py)
+        self.scorer = RewardModelScorer(model_path, device=device, batch_size=2 * batch_size)
         self.last_report: JudgeReport | None = None
-
-    def _scores(self, texts: list[str]) -> list[float]:
-        import torch
-
-        batch = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True).to(self.model.device)
-        with torch.inference_mode():
-            return self.model(**batch).logits[:, 0].float().tolist()
 
     def judge(self, items: list[PairToJudge]) -> list[Verdict]:
         start, verdicts = time.perf_counter(), []
         for lo in range(0, len(items), self.batch_size):
             chunk = items[lo:lo + self.batch_size]
             try:
-                scores = self._scores([i.prompt + i.response_a for i in chunk] + [i.prompt + i.response_b for i in chunk])
+                prompts = [i.prompt for i in chunk]
+                scores = self.scorer(prompts + prompts, [i.response_a for i in chunk] + [i.response_b for i in chunk])
                 verdicts += [_by_scores(item, scores[k], scores[len(chunk) + k], self.name, self.model_path,
                                         self.tie_margin, "margin") for k, item in enumerate(chunk)]
             except Exception as error:  # noqa: BLE001 - one bad batch leaves its pairs undecided, not the run dead

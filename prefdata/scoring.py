@@ -4,7 +4,8 @@ A scorer spec names where verdicts come from:
   verdicts:FILE   a judge's verdicts already made: `id` (or idx, pair_id) and a verdict column
                   (verdict, preferred, gpt_result, pandalm_result, label, winner, vote) holding
                   chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
-  rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name)
+  rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name),
+                  each side scored as prompt + response + eos (prefdata/reward_scoring.py)
   lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
   judge:MODEL@URL an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.judging)
 
@@ -76,26 +77,14 @@ def _from_scores(ids: list[str], chosen, rejected, tie_margin: float) -> pl.Data
 
 def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
                           batch_size: int = 16, tie_margin: float = 0.0) -> pl.DataFrame:
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    """Each side scored by the reward model as TRL trained it (prefdata/reward_scoring.py)."""
+    from prefdata.reward_scoring import RewardModelScorer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.config.pad_token_id = tokenizer.pad_token_id
+    score = RewardModelScorer(path, batch_size=batch_size)
     sample = _sample(pairs, sample_size, seed)
-
-    @torch.no_grad()
-    def score(responses: list[str]) -> list[float]:
-        out = []
-        for start in range(0, len(responses), batch_size):
-            texts = [p + r for p, r in zip(sample["prompt"][start:start + batch_size], responses[start:start + batch_size])]
-            batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
-            out += model(**batch).logits[:, 0].float().tolist()
-        return out
-
-    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
+    prompts = sample["prompt"].to_list()
+    return _from_scores(sample["id"].to_list(), score(prompts, sample["chosen"].to_list()),
+                        score(prompts, sample["rejected"].to_list()), tie_margin)
 
 
 def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,

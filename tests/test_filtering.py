@@ -9,7 +9,7 @@ import pytest
 
 from prefdata.errors import UnusableInput
 from prefdata.filtering import filter_version
-from prefdata.importer import import_file, version_tables
+from prefdata.importer import import_file, import_to_store
 from prefdata.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,8 +22,7 @@ def test_filter_hh_sample_then_publish_with_stated_waivers(store_root, shared_da
     store = Store()
     result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
     card = (REPO / "docs" / "examples" / "hh-harmless-card.md").read_text()
-    parent = store.create("hh", version_tables(result), quarantine=[], counts=result.summary(),
-                          lineage={"parent": None, "sources": result.sources}, guidelines=card)
+    parent = import_to_store(result, "hh", store, guidelines=card)
     child, counts = filter_version(store, parent.ref)
     assert counts["read"] == 2312 == counts["kept"] + counts["quarantined"]
     quarantined = [json.loads(line) for line in store.read_text(child.ref, "quarantine.jsonl").splitlines()]

@@ -181,13 +181,13 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
 def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
     from prefdata.errors import GateFailed
     from prefdata.flows.train import train
-    from prefdata.importer import import_file, version_tables
+    from prefdata.importer import import_file, import_to_store
 
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")
     result = import_file(src)
     st = Store(str(tmp_path / "store"))
-    v = st.create("tiny", version_tables(result), counts=result.summary(), lineage={"sources": result.sources})
+    v = import_to_store(result, "tiny", st)
     with pytest.raises(GateFailed, match="is draft: only a validated version trains"):
         train(v.ref, Training(), str(tmp_path / "store"))
 
@@ -474,13 +474,13 @@ def test_the_train_and_publish_flows_refuse_a_hand_edited_status(prefect_api, tm
     from prefdata.errors import GateFailed
     from prefdata.flows.gate import publish
     from prefdata.flows.train import train
-    from prefdata.importer import import_file, version_tables
+    from prefdata.importer import import_file, import_to_store
 
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")
     result = import_file(src)
     store = str(tmp_path / "store")
-    v = Store(store).create("forged", version_tables(result), counts=result.summary(), lineage={"sources": result.sources})
+    v = import_to_store(result, "forged", Store(store))
     manifest = Path(Store(store).path(v.ref)) / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"status": "draft"', '"status": "validated"', 1))
     assert Store(store).get(v.ref).status == "validated"  # what the manifest claims

@@ -215,6 +215,28 @@ def test_missing_column_for_a_forced_format(tmp_path):
         import_file(src, fmt="yaml")
 
 
+def test_import_to_store_keeps_tables_quarantine_counts_and_lineage(tmp_path):
+    """The one import-to-store path (the `import` command's): a draft version with the import's
+    tables, quarantine, counts and sources; the same content imported again is the same version."""
+    from prefdata.importer import import_to_store
+    from prefdata.store import Store
+
+    rows = [{"prompt": f"q{i}", "chosen": "c", "rejected": f"r{i}"} for i in range(4)] + [{"prompt": "q"}]
+    result = import_file(write_jsonl(tmp_path / "d.jsonl", rows))
+    store = Store(str(tmp_path / "store"))
+    card = "## Annotation guidelines\nPick the right answer."
+    version = import_to_store(result, "tiny", store, guidelines=card)
+    manifest = version.manifest
+    assert version.status == "draft" and {k: manifest["counts"][k] for k in result.summary()} == result.summary()
+    assert manifest["lineage"]["sources"] == result.sources and manifest["lineage"]["parent"] is None
+    assert manifest["lineage"]["components"] == {"importer": "trl"}
+    assert store.load(version.ref).height == 4
+    assert [json.loads(line)["reason"] for line in store.read_text(version.ref, "quarantine.jsonl").splitlines()] == \
+        [q["reason"] for q in result.quarantine]
+    assert "Pick the right answer." in store.read_text(version.ref, "README.md")
+    assert import_to_store(result, "tiny", store, guidelines=card).ref == version.ref
+
+
 def test_version_tables_split_by_split_column(tmp_path):
     rows = [{"prompt": f"q{i}", "chosen": "c", "rejected": f"r{i}", "split": "test" if i % 4 == 0 else "train"} for i in range(8)]
     tables = version_tables(import_file(write_jsonl(tmp_path / "s.jsonl", rows)))

@@ -228,13 +228,13 @@ def test_reward_model_judge_labels_by_margin(tiny_reward_model):
     items = [PairToJudge("What is 2+3?", "5", "The answer is six."), PairToJudge("Hi", "hello there", "hey"),
              PairToJudge("Same", "identical", "identical")]
     verdicts = RewardModelJudge(tiny_reward_model, batch_size=2).judge(items)
-    # Independent scores, one unpadded text at a time.
+    # Independent scores, one unpadded text at a time, each ending in eos as TRL's RewardTrainer trains.
     tok = AutoTokenizer.from_pretrained(tiny_reward_model)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_reward_model).eval()
     with torch.inference_mode():
         score = lambda text: model(**tok(text, return_tensors="pt")).logits[0, 0].item()  # noqa: E731
         for item, v in zip(items, verdicts):
-            a, b = score(item.prompt + item.response_a), score(item.prompt + item.response_b)
+            a, b = score(item.prompt + item.response_a + tok.eos_token), score(item.prompt + item.response_b + tok.eos_token)
             assert v.scores == pytest.approx((a, b), abs=1e-4)
             assert v.confidence == pytest.approx(1 / (1 + math.exp(-abs(a - b))), abs=1e-4)
             assert v.label == ("tie" if a == b else "a" if a > b else "b")

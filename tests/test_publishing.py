@@ -11,14 +11,14 @@ from prefdata.store import Store
 
 
 def _draft(tmp_path, name: str):
-    from prefdata.importer import import_file, version_tables
+    from prefdata.importer import import_file, import_to_store
 
     src = tmp_path / f"{name}.jsonl"
     src.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "chosen": str(2 * i), "rejected": str(2 * i + 1)}) + "\n"
                            for i in range(5)))
     result = import_file(src)
     st = Store(str(tmp_path / "store"))
-    return st, st.create(name, version_tables(result), counts=result.summary(), lineage={"sources": result.sources})
+    return st, import_to_store(result, name, st)
 
 
 def test_a_refused_version_is_shown_then_marked_rejected_with_reports_in_the_default_folder(tmp_path, monkeypatch):

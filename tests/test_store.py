@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from prefdata.errors import GateFailed, UnusableInput
-from prefdata.importer import import_file, version_tables
+from prefdata.importer import import_file, import_to_store
 from prefdata.store import Store
 
 
@@ -20,8 +20,7 @@ def make_version(store: Store, name: str, rows: list[dict]):
     src = Path(store.root).parent / f"{name}-{len(rows)}.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = import_file(src)
-    return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
-                        lineage={"parent": None, "sources": result.sources})
+    return import_to_store(result, name, store)
 
 
 ROWS = [{"prompt": f"question {i}", "chosen": f"good answer {i}", "rejected": f"bad {i}"} for i in range(20)]
@@ -43,7 +42,7 @@ def test_hf_load_dataset_reads_the_version_folder(store_root, shared_data):
 
     store = Store()
     result = import_file(shared_data / "pandalm" / "testset-v1.json")
-    v = store.create("pandalm", version_tables(result), quarantine=result.quarantine, counts=result.summary(), lineage={})
+    v = import_to_store(result, "pandalm", store)
     folder = store.path(v.ref)
     pairs = datasets.load_dataset(folder, split="train")
     assert pairs.num_rows == 888 and {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
@@ -98,7 +97,7 @@ def test_names_that_escape_the_root_are_refused(store_root, bad):
 def test_fsspec_url_store(shared_data, monkeypatch):
     store = Store("memory://prefdata-test-store")
     result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
-    v = store.create("hh", version_tables(result), quarantine=[], counts=result.summary(), lineage={})
+    v = import_to_store(result, "hh", store)
     assert store.verify(v.ref) == []
     assert store.load(v.ref).height == 2312
     # no key file in shared storage (whoever reads the bucket would read it): the key comes from the environment
@@ -147,3 +146,27 @@ def test_load_stacks_splits(store_root, tmp_path):
     assert store.load(v.ref).height == 20
     assert store.load(v.ref, split="test").height == 5
     assert isinstance(store.load(v.ref, "sft"), pl.DataFrame)
+
+
+def test_parquet_files_written_together_are_whole_and_hashed(store_root, tmp_path):
+    # data/test, data/train and sft/train are encoded two at a time: each file must hold exactly its
+    # table, zstd-compressed, with the manifest's sha256 and size of the bytes on disk
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    rows = [dict(r, split="test" if i % 3 == 0 else "train") for i, r in enumerate(ROWS)]
+    store = Store()
+    v = make_version(store, "together", rows)
+    folder = Path(store.path(v.ref))
+    parquet = {rel: meta for rel, meta in v.manifest["files"].items() if rel.endswith(".parquet")}
+    assert sorted(parquet) == ["data/test-00000-of-00001.parquet", "data/train-00000-of-00001.parquet",
+                               "sft/train-00000-of-00001.parquet"]
+    for rel, meta in parquet.items():
+        data = (folder / rel).read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (meta["sha256"], meta["bytes"])
+        assert pq.ParquetFile(folder / rel).metadata.row_group(0).column(0).compression == "ZSTD"
+    train = store.load(v.ref, split="train")
+    assert store.load(v.ref, split="test")["prompt"].to_list() == [r["prompt"] for r in rows if r["split"] == "test"]
+    assert store.load(v.ref, "sft")["completion"].to_list() == train["chosen"].to_list()
+    assert store.verify(v.ref) == []
