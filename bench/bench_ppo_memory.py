@@ -1,6 +1,9 @@
 """PPO peak memory: one shared base with adapters (trainers/ppo.py) against four separate models.
 
-    .venv/bin/python bench/bench_ppo_memory.py [--hidden 768 --layers 8 --batch 16 --steps 2]
+    .venv/bin/python bench/bench_ppo_memory.py [--hidden 768 --layers 8 --batch 16 --steps 2] [--checkpointing]
+
+--checkpointing turns activation checkpointing on in every configuration alike (PPOConfig's
+activation_checkpointing; the separate set-up's policy and critic copies too).
 
 Every configuration runs in a fresh process (peak RSS is per process and never goes down) on the
 same random-init Llama (~75M parameters at the defaults, fp32, the world's char tokenizer), same
@@ -9,12 +12,17 @@ prompts, same batch, same number of PPO steps:
     shared-rule   trainers/ppo.py with a rule reward: 1 base copy (policy LoRA + value head;
                   reference = adapter disabled)
     shared-rm     trainers/ppo.py with a reward model folder: the base + the RM as its own frozen model
+    shared-rm-adapter  trainers/ppo.py with a reward model folder as `prefdata train rm` writes it with
+                  LoRA on the same base (DIR/adapter): the RM rides on the policy's base as a second
+                  adapter with its score head (RewardAdapterScorer), no second copy
     separate      the classic set-up (seed 2, 3.1): policy, reference, reward and value as four
                   separate copies; policy and value train LoRA adapters exactly like ours (value: LoRA
                   + the same linear head), so the only difference measured is the copies
 
 What is measured: the process's peak RSS (VmHWM) and the same minus the RSS right after the
-imports, i.e. what the models, the optimizer and the activations added. On CPU, RSS is the honest
+imports, i.e. what the models, the optimizer and the activations added; and the training phase's
+own peak (the peak reset once every model is loaded, minus the same baseline), which leaves out
+from_pretrained's loading transient (the safetensors pages mapped while a copy is materialised). On CPU, RSS is the honest
 figure: torch's CPU allocator has no peak counter, and tracemalloc does not see torch's tensors.
 Time per PPO step is the mean of the steps after the first.
 """
@@ -33,7 +41,16 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.memory import status_mb  # noqa: E402
+from bench.memory import reset_peak, status_mb  # noqa: E402
+
+LOADED: dict = {}
+
+
+def loaded() -> None:
+    """Every model is loaded: note the peak so far (it holds from_pretrained's transient: the safetensors
+    pages mapped while the tensors are materialised) and reset it, so the final peak is the training
+    phase's alone."""
+    LOADED.update(load_peak_mb=status_mb("VmHWM"), loaded_mb=status_mb("VmRSS"), reset=reset_peak())
 
 
 def build_models(root: Path, hidden: int, layers: int) -> None:
@@ -53,6 +70,15 @@ def build_models(root: Path, hidden: int, layers: int) -> None:
     tok.save_pretrained(root / "policy")
     LlamaForSequenceClassification(cfg).save_pretrained(root / "rm")
     tok.save_pretrained(root / "rm")
+    # A LoRA reward model on the policy's base, laid out as `prefdata train rm` leaves it (trainers/common.py
+    # save_merged): the merged classifier in the folder, the adapter (with its score head) under adapter/.
+    from peft import LoraConfig, get_peft_model
+
+    rm = LlamaForSequenceClassification.from_pretrained(root / "policy", num_labels=1)
+    rm = get_peft_model(rm, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="SEQ_CLS"))
+    rm.save_pretrained(root / "rm-lora" / "adapter")
+    rm.merge_and_unload().save_pretrained(root / "rm-lora")
+    tok.save_pretrained(root / "rm-lora")
 
 
 def prompts(n: int) -> list[str]:
@@ -61,15 +87,22 @@ def prompts(n: int) -> list[str]:
     return sampling_prompts(WorldConfig(), n)
 
 
-def run_shared(root: Path, config, use_rm: bool) -> list[float]:
+def run_shared(root: Path, config, mode: str) -> list[float]:
     import torch
 
-    from prefdata.trainers.ppo import RewardModelScorer, load_policy, train
+    from prefdata.trainers.ppo import RewardAdapterScorer, RewardModelScorer, _reward_fn, load_policy, train
 
     device = torch.device("cpu")
     tokenizer, model, value_head = load_policy(root / "policy", config, device)
-    reward = RewardModelScorer(root / "rm", device) if use_rm else (
-        lambda ps, cs: [float(c[:1].isdigit()) for c in cs])
+    if mode == "shared-rm":
+        reward = RewardModelScorer(root / "rm", device)
+    elif mode == "shared-rm-adapter":  # what run_ppo does with a reward folder trained on its base
+        reward = _reward_fn(root / "rm-lora", device, model, root / "policy")
+        if not isinstance(reward, RewardAdapterScorer):
+            raise RuntimeError("the LoRA reward model did not load as an adapter on the policy's base")
+    else:
+        reward = lambda ps, cs: [float(c[:1].isdigit()) for c in cs]  # noqa: E731
+    loaded()
     history = train(model, value_head, tokenizer, reward, prompts(config.batch_size * config.steps), config)
     return [row["seconds"] for row in history]
 
@@ -88,6 +121,8 @@ def run_separate(root: Path, config) -> list[float]:
 
     def lora_copy():
         base = AutoModelForCausalLM.from_pretrained(root / "policy", dtype=torch.float32)
+        if config.activation_checkpointing:  # as trainers/ppo.py load_policy does
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         return get_peft_model(base, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
                                                target_modules=config.lora_target_modules, task_type="CAUSAL_LM"))
 
@@ -97,6 +132,7 @@ def run_separate(root: Path, config) -> list[float]:
     critic = lora_copy()
     head = torch.nn.Linear(critic.config.hidden_size, 1)
     reward = RewardModelScorer(root / "rm", device)
+    loaded()
     params = [p for m in (policy, critic) for p in m.parameters() if p.requires_grad] + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=config.lr)
     all_prompts = prompts(config.batch_size * config.steps)
@@ -107,6 +143,7 @@ def run_separate(root: Path, config) -> list[float]:
         tok.padding_side = "left"
         enc = tok(ps, return_tensors="pt", padding=True)
         width = enc["input_ids"].size(1)
+        policy.eval(), critic.eval()  # as ours: sample and score in eval mode, update in train mode
         with torch.no_grad():
             gen = policy.generate(**enc, do_sample=True, temperature=config.temperature, top_k=0,
                                   max_new_tokens=config.max_new_tokens, pad_token_id=tok.pad_token_id,
@@ -124,6 +161,7 @@ def run_separate(root: Path, config) -> list[float]:
         adv, ret = pm.gae(pm.kl_shaped_rewards(scores, kl, mask, config.init_kl_coef), values * mask, mask,
                           config.gamma, config.lam)
         adv = pm.masked_whiten(adv, mask)
+        policy.train(), critic.train()
         for _ in range(config.ppo_epochs):
             for rows in torch.randperm(len(ps)).split(config.mini_batch_size):
                 lg, _ = forward_response(policy, head, gen[rows], attn[rows], width, config.temperature, with_values=False)
@@ -149,13 +187,15 @@ def child(mode: str, root: Path, args) -> None:
     torch.set_num_threads(2)
     baseline = status_mb("VmRSS")
     config = PPOConfig(steps=args.steps, batch_size=args.batch, mini_batch_size=args.batch // 2, ppo_epochs=1,
-                       max_new_tokens=16, max_kl=None)
+                       max_new_tokens=16, max_kl=None, activation_checkpointing=args.checkpointing)
     if mode == "separate":
         seconds = run_separate(root, config)
     else:
-        seconds = run_shared(root, config, use_rm=(mode == "shared-rm"))
-    peak = status_mb("VmHWM")
+        seconds = run_shared(root, config, mode)
+    train_peak = status_mb("VmHWM")  # since loaded(): the training phase
+    peak = max(train_peak, LOADED["load_peak_mb"])
     print(json.dumps({"mode": mode, "baseline_mb": baseline, "peak_mb": peak, "added_mb": peak - baseline,
+                      "train_added_mb": train_peak - baseline if LOADED["reset"] else None,
                       "step_seconds": sum(seconds[1:]) / max(1, len(seconds) - 1)}))
 
 
@@ -165,6 +205,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every configuration")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,18 +218,22 @@ def main() -> None:
         n_params = sum(f.stat().st_size for f in (root / "policy").glob("*.safetensors")) / 4 / 1e6
         print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), batch {args.batch}, {args.steps} steps")
         results = {}
-        for mode in ("shared-rule", "shared-rm", "separate"):
+        for mode in ("shared-rule", "shared-rm", "shared-rm-adapter", "separate"):
             cmd = [sys.executable, __file__, "--child", mode, "--root", str(root), "--hidden", str(args.hidden),
-                   "--layers", str(args.layers), "--batch", str(args.batch), "--steps", str(args.steps)]
+                   "--layers", str(args.layers), "--batch", str(args.batch), "--steps", str(args.steps),
+                   *(["--checkpointing"] if args.checkpointing else [])]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             results[mode] = json.loads(out)
             r = results[mode]
-            print(f"{mode:12s} peak RSS {r['peak_mb']:7.0f} MB  added by PPO {r['added_mb']:7.0f} MB  "
-                  f"step {r['step_seconds']:.2f} s")
+            print(f"{mode:17s} peak RSS {r['peak_mb']:7.0f} MB  added by PPO {r['added_mb']:7.0f} MB  "
+                  f"training phase {r['train_added_mb'] or 0:7.0f} MB  step {r['step_seconds']:.2f} s")
         sep = results["separate"]
-        for mode in ("shared-rule", "shared-rm"):
+        for mode in ("shared-rule", "shared-rm", "shared-rm-adapter"):
             r = results[mode]
-            print(f"{mode} / separate: added {r['added_mb'] / sep['added_mb']:.2f}x, peak RSS {r['peak_mb'] / sep['peak_mb']:.2f}x")
+            train = (f", training phase {r['train_added_mb'] / sep['train_added_mb']:.2f}x" if r["train_added_mb"] and
+                     sep["train_added_mb"] else "")
+            print(f"{mode} / separate: added {r['added_mb'] / sep['added_mb']:.2f}x, "
+                  f"peak RSS {r['peak_mb'] / sep['peak_mb']:.2f}x{train}")
 
 
 if __name__ == "__main__":

@@ -297,8 +297,10 @@ def _train_stage(dataset: str, config: DemoConfig, world, policy: str, general: 
 
     training = {"evaluator": "prefdata.world:evaluate", "evaluator_kwargs": {"world": str(world.root)},
                 "general_sft": str(general), **config.training}
-    with stages.stage(f"train{tag}", f"{config.method} from {dataset} (per-step log: {where / 'train.log'})"):
-        with _quiet(where / "train.log"):
+    # The trainer writes its per-step metrics to MODEL/train.log; what libraries still print (progress
+    # bars, warnings) goes to console.log beside it, so the terminal keeps only the stage lines.
+    with stages.stage(f"train{tag}", f"{config.method} from {dataset} (per-step log: {where / 'model' / 'train.log'})"):
+        with _quiet(where / "console.log"):
             return train(dataset, Training(method=config.method, config=training, base_model=policy,
                                            output_dir=str(where / "model")), store=store)
 

@@ -85,7 +85,7 @@ def test_demo_runs_the_whole_pipeline_and_leaves_a_summary(tmp_path, argilla_wor
     # A clean terminal: stage lines and one line per figure; the trainer's per-step dicts are in the log.
     assert len(run.stdout.splitlines()) <= 80, run.stdout
     assert "'loss'" not in run.stdout
-    assert all("'loss'" in (out / f"round{n}" / "train.log").read_text() for n in (1, 2))
+    assert all("'loss'" in (out / f"round{n}" / "model" / "train.log").read_text() for n in (1, 2))
     # Two turns of the flywheel: round 2 samples from round 1's model and follows round 1's version.
     first, second = summary["rounds"]
     assert first["policy"] == summary["sft_model_dir"] and first["parent"] is None

@@ -253,3 +253,22 @@ def test_config_validation_names_both_values():
         PPOConfig(kl_estimator="k2")
     with pytest.raises(ValueError, match=r"max_kl \(0.1\) must be above target_kl \(0.5\)"):
         PPOConfig(max_kl=0.1, target_kl=0.5)
+
+
+def test_activation_checkpointing_recomputes_the_same_update(world, prompts):
+    """activation_checkpointing trades a recomputed forward for the activations a PPO update keeps
+    (bench/RESULTS.md, PPO memory); the losses, KL and rewards are those of the plain run."""
+    config = replace(FAST, steps=2)
+    runs = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the LoRA A matrices are drawn in load_policy: the same draw for both runs
+        tokenizer, model, value_head = load_policy(world.sft, replace(config, activation_checkpointing=checkpointing),
+                                                   torch.device("cpu"))
+        base = model.get_base_model()
+        assert getattr(base, "is_activation_checkpointing", None) is checkpointing or (
+            base.is_gradient_checkpointing == checkpointing)
+        runs.append(train(model, value_head, tokenizer, digit_reward, prompts,
+                          replace(config, activation_checkpointing=checkpointing)))
+    for plain, checked in zip(*runs):
+        for key in ("reward_mean", "kl", "policy_loss", "value_loss"):
+            assert checked[key] == pytest.approx(plain[key], abs=1e-5), key

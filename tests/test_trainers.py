@@ -146,13 +146,63 @@ def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_
     log = result.metrics["log"]
     assert len(log) == 3 and all("loss" in row and "sft_loss" in row for row in log)  # the ptx term ran every step
     assert result.metrics["sft_mix"] == {"sources": ["chosen", "general"], "ratio": 0.2, "pool": 58 + 200}
-    assert set(result.metrics["before"]) == {"preference_accuracy", "heldout_sft_loss", "task_accuracy", "general_accuracy"}
+    assert set(result.metrics["before"]) == {"preference_accuracy", "heldout_sft_loss", "task_accuracy", "general_accuracy",
+                                             "mean_response_length"}
+    # Mean response length (tokens, greedy, on the held-out prompts) before and after, on the card.
+    length = result.metrics["mean_response_length"]
+    assert set(length) == {"before", "after"} and all(0 < v < 64 for v in length.values()), length  # 64: its context
+    assert length == {k: result.metrics[k]["mean_response_length"] for k in ("before", "after")}
     card = result.card.read_text()
     record = json.loads((result.model_dir / "prefdata_train.json").read_text())
     assert record["dataset"] == dataset["ref"] and record["dataset_hash"] == dataset["ref"].split("@")[1]
     assert dataset["ref"] in card and "base_model:" in card and record["config"]["loss_type"] == ["sigmoid", "sft"]
     assert record["config"]["bf16"] is False and record["config"]["activation_checkpointing"] is False
     assert record["config"]["gradient_checkpointing"] is False  # the deprecated alias mirrors it
+
+
+def per_step_lines(text: str) -> list[str]:
+    """Lines of a per-step metric dict as TRL's trainer logs it: {'loss': ..., 'grad_norm': ...}."""
+    return [line for line in text.splitlines() if "'loss'" in line or "'grad_norm'" in line]
+
+
+def test_train_command_is_quiet_and_dpo_length_controls_reach_the_trainer(dataset, world, tmp_path):
+    """Issue 13 item 5 and issue 14 item 3: `prefdata train` prints stage lines, not a metric dict per
+    step (those go to DIR/train.log and the card); DPO's length controls set in YAML reach TRL's trainer
+    (the card records what the trainer used) and the card reports mean response length before/after."""
+    config = base_config(dataset, world, max_steps=4, ld_alpha=0.5, use_weighting=True, loss_type=["sigmoid_norm"],
+                         loss_weights=[1.0])
+    (tmp_path / "dpo.yaml").write_text(json.dumps(config))
+    out = cli("train", "dpo", "--dataset", dataset["ref"], "--base-model", str(world.sft), "--config",
+              str(tmp_path / "dpo.yaml"), "--output-dir", str(tmp_path / "quiet"), store=Path(dataset["store"]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert per_step_lines(out.stdout) == [] and len(out.stdout.splitlines()) < 20, out.stdout
+    assert "model: " in out.stdout and "mean_response_length" in out.stdout
+    log = (tmp_path / "quiet" / "train.log").read_text()
+    assert len(per_step_lines(log)) == 4, log  # every step, in the run's log file
+    record = json.loads((tmp_path / "quiet" / "prefdata_train.json").read_text())
+    assert record["metrics"]["length_controls"] == {"loss_type": ["sigmoid_norm"], "ld_alpha": 0.5,
+                                                    "use_weighting": True}
+    assert set(record["metrics"]["mean_response_length"]) == {"before", "after"}
+    assert len(record["metrics"]["log"]) == 4
+
+
+def test_dpo_refuses_use_weighting_with_the_sft_term():
+    """TRL 1.16's WPO weighting fails mid-step on the sft loss term (an in-place multiply on an expanded
+    tensor: exit 3 after loading everything); the config refuses the pair up front, in one line."""
+    from prefdata.trainers.common import parse_config
+    from prefdata.trainers.dpo import DPOTrainConfig
+
+    with pytest.raises(UnusableInput, match="use_weighting cannot be combined with the 'sft' loss type"):
+        parse_config(DPOTrainConfig, {"use_weighting": True})  # the default loss_type is [sigmoid, sft]
+    assert parse_config(DPOTrainConfig, {"use_weighting": True, "loss_type": ["sigmoid"], "loss_weights": [1.0]}).use_weighting
+
+
+def test_train_verbose_shows_the_per_step_view(dataset, world, tmp_path):
+    (tmp_path / "dpo.yaml").write_text(json.dumps(base_config(dataset, world, max_steps=2)))
+    out = cli("train", "dpo", "--dataset", dataset["ref"], "--base-model", str(world.sft), "--config",
+              str(tmp_path / "dpo.yaml"), "--output-dir", str(tmp_path / "loud"), "--verbose", store=Path(dataset["store"]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(per_step_lines(out.stdout)) == 2, out.stdout
 
 
 def test_dpo_without_mixing_logs_no_sft_term(dataset, world, tmp_path):
@@ -185,17 +235,47 @@ def test_grpo_refuses_a_reward_it_cannot_load(dataset, world, tmp_path):
                   base_model=world.sft, output_dir=tmp_path / "g")
 
 
-def test_rm_trains_a_scorer_that_checks_and_grpo_can_use(dataset, world, tmp_path):
-    from transformers import AutoModelForSequenceClassification
-
+@pytest.fixture(scope="module")
+def reward_model(dataset, world, tmp_path_factory):
+    """A real reward model trained by `train rm` (3 steps) on the tiny version: its card records the
+    held-out pairwise accuracy the reward-model gate reads."""
     from prefdata.trainers import train
 
-    result = train("rm", dataset["ref"], {"max_steps": 3, "per_device_train_batch_size": 8}, store=dataset["store"],
-                   base_model=world.sft, output_dir=tmp_path / "rm")
+    return train("rm", dataset["ref"], {"max_steps": 3, "per_device_train_batch_size": 8}, store=dataset["store"],
+                 base_model=world.sft, output_dir=tmp_path_factory.mktemp("rm") / "rm")
+
+
+def rm_copy(reward_model, folder: Path, accuracy="keep", card: bool = True) -> Path:
+    """A copy of the trained reward model with its recorded held-out accuracy set (None: the key
+    removed), or without its card at all (card=False)."""
+    import shutil
+
+    target = folder / "rm-copy"
+    shutil.copytree(reward_model.model_dir, target)
+    record = target / "prefdata_train.json"
+    if not card:
+        record.unlink()
+        (target / "README.md").unlink()
+    elif accuracy != "keep":
+        data = json.loads(record.read_text())
+        if accuracy is None:
+            del data["metrics"]["heldout_pairwise_accuracy"]
+        else:
+            data["metrics"]["heldout_pairwise_accuracy"] = accuracy
+        record.write_text(json.dumps(data))
+    return target
+
+
+def test_rm_trains_a_scorer_that_checks_can_use(dataset, reward_model, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    result = reward_model
     model = AutoModelForSequenceClassification.from_pretrained(result.model_dir)
     assert model.config.num_labels == 1
     accuracy = result.metrics["heldout_pairwise_accuracy"]
     assert 0.0 <= accuracy <= 1.0
+    # The card records the figure the reward-model gate of grpo and ppo reads.
+    assert json.loads((result.model_dir / "prefdata_train.json").read_text())["metrics"]["heldout_pairwise_accuracy"] == accuracy
     # Held-out pairs are scored in the layout the model was trained on (prompt + completion + eos), the
     # one PPO's scorer uses: the reported accuracy is the share of pairs that scorer ranks right.
     import torch
@@ -220,12 +300,128 @@ def test_rm_trains_a_scorer_that_checks_and_grpo_can_use(dataset, world, tmp_pat
     report = json.loads((tmp_path / "r.json").read_text())
     direction = next(c for c in report["checks"] if c["id"] == "label_direction")
     assert direction["status"] in ("pass", "fail") and direction["metric"] is not None, check.stderr
-    # GRPO with both rewards: the verifier and the reward model, each logged under its own name.
-    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify", f"rm:{result.model_dir}"],
+
+
+# -- the reward-model gate (issue 14 item 4) --------------------------------------------------------------
+
+
+def ppo_rm_config(dataset, world, rm: Path, **extra) -> dict:
+    config = base_config(dataset, world, rewards=[f"rm:{rm}"], steps=1, batch_size=8, mini_batch_size=4, **extra)
+    config.pop("max_steps"), config.pop("per_device_train_batch_size")
+    return config
+
+
+def test_reward_model_gate_refuses_a_weak_or_unrecorded_reward_model(dataset, world, reward_model, tmp_path):
+    """grpo and ppo refuse an rm:DIR reward below min_rm_accuracy (exit 1), one whose card lacks the
+    figure (exit 1) and a folder with no card (exit 2), in one line, before any model is loaded (nothing
+    is written to the output folder)."""
+    from prefdata.errors import GateFailed
+    from prefdata.trainers import train
+
+    weak = rm_copy(reward_model, tmp_path / "weak", accuracy=0.55)
+    unrecorded = rm_copy(reward_model, tmp_path / "unrecorded", accuracy=None)
+    uncarded = rm_copy(reward_model, tmp_path / "uncarded", card=False)
+    grpo = lambda rm: base_config(dataset, world, rewards=["rule:prefdata.world:verify", f"rm:{rm}"],  # noqa: E731
+                                  num_generations=4, max_completion_length=5, max_steps=1)
+    for method, config in (("grpo", grpo), ("ppo", lambda rm: ppo_rm_config(dataset, world, rm))):
+        for rm, error, needle in ((weak, GateFailed, "held-out pairwise accuracy 0.55 is below min_rm_accuracy 0.6"),
+                                  (unrecorded, GateFailed, "records no held-out pairwise accuracy"),
+                                  (uncarded, UnusableInput, "has no prefdata_train.json")):
+            out = tmp_path / f"{method}-{rm.parent.name}"
+            with pytest.raises(error, match=needle) as refused:
+                train(method, dataset["ref"], config(rm), store=dataset["store"], base_model=world.sft, output_dir=out)
+            assert str(rm) in str(refused.value) and "min_rm_accuracy" in str(refused.value)
+            assert not out.exists()  # refused before training started
+    # The command line: one line, exit 1 for a weak model, exit 2 for a folder with no card.
+    (tmp_path / "weak.yaml").write_text(json.dumps(grpo(weak)))
+    out = cli("train", "grpo", "--dataset", dataset["ref"], "--base-model", str(world.sft), "--config",
+              str(tmp_path / "weak.yaml"), store=Path(dataset["store"]))
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0 and "below min_rm_accuracy 0.6" in out.stderr, out.stderr
+    (tmp_path / "uncarded.yaml").write_text(json.dumps(ppo_rm_config(dataset, world, uncarded)))
+    out = cli("train", "ppo", "--dataset", dataset["ref"], "--base-model", str(world.sft), "--config",
+              str(tmp_path / "uncarded.yaml"), store=Path(dataset["store"]))
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "has no prefdata_train.json" in out.stderr, out.stderr
+
+
+def test_reward_model_gate_accepts_a_reward_model_at_the_bar(dataset, world, reward_model, tmp_path):
+    """A reward model recorded at >= min_rm_accuracy trains grpo and ppo (real steps); the bar is a config
+    field, and min_rm_accuracy: null waives the gate for a reward model from elsewhere (no card)."""
+    from prefdata.trainers import train
+    from prefdata.trainers.grpo import GRPOTrainConfig
+    from prefdata.trainers.ppo import PPOTrainConfig
+
+    assert GRPOTrainConfig.__dataclass_fields__["min_rm_accuracy"].default == 0.6
+    assert PPOTrainConfig.__dataclass_fields__["min_rm_accuracy"].default == 0.6
+    good = rm_copy(reward_model, tmp_path / "good", accuracy=0.6)
+    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify", f"rm:{good}"],
                          num_generations=4, per_device_train_batch_size=8, max_completion_length=5, max_steps=1)
     grpo = train("grpo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "g")
-    [row] = grpo.metrics["log"]
+    [row] = grpo.metrics["log"]  # GRPO with both rewards: each logged under its own name
     assert "rewards/rule_verify/mean" in row and any(k.startswith("rewards/") and "rule" not in k for k in row), row
+    ppo = train("ppo", dataset["ref"], ppo_rm_config(dataset, world, good), store=dataset["store"], base_model=world.sft,
+                output_dir=tmp_path / "p")
+    assert ppo.metrics["steps"] == 1 and ppo.metrics["reward_as"] == "adapter"  # trained on the same base: no copy
+    # A stricter bar refuses the same model; a waived gate takes one without a card.
+    from prefdata.errors import GateFailed
+
+    with pytest.raises(GateFailed, match="below min_rm_accuracy 0.7"):
+        train("ppo", dataset["ref"], ppo_rm_config(dataset, world, good, min_rm_accuracy=0.7), store=dataset["store"],
+              base_model=world.sft, output_dir=tmp_path / "p2")
+    uncarded = rm_copy(reward_model, tmp_path / "uncarded", card=False)
+    waived = train("ppo", dataset["ref"], ppo_rm_config(dataset, world, uncarded, min_rm_accuracy=None),
+                   store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "p3")
+    assert waived.metrics["steps"] == 1
+
+
+def test_a_reward_adapter_rides_on_the_ppo_base(dataset, world, reward_model, tmp_path):
+    """Issue 14 item 5: a reward model `train rm` trained with LoRA on PPO's base loads as a second adapter
+    on the policy's base (no second copy), scores exactly as the merged reward model does, stays frozen
+    through real PPO steps, and is not saved with the policy; on another base it loads as its own model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.ppo import (
+        PPOConfig, RewardAdapterScorer, RewardModelScorer, _reward_fn, load_policy, reward_adapter_dir, save_policy, train,
+    )
+
+    rm = reward_model.model_dir
+    assert reward_adapter_dir(rm, world.sft) == rm / "adapter"
+    other = tmp_path / "other-base"
+    AutoModelForCausalLM.from_pretrained(world.sft).save_pretrained(other)
+    AutoTokenizer.from_pretrained(world.sft).save_pretrained(other)
+    assert reward_adapter_dir(rm, other) is None  # another base: the adapter cannot ride on it
+    config = PPOConfig(steps=1, batch_size=8, mini_batch_size=4, max_new_tokens=5, lr=1e-2, lora_r=4, lora_alpha=8,
+                       max_kl=None)
+    device = torch.device("cpu")
+    tokenizer, model, value_head = load_policy(world.sft, config, device)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    scorer = _reward_fn(rm, device, model, world.sft)
+    assert isinstance(scorer, RewardAdapterScorer)
+    assert isinstance(_reward_fn(rm, device, *load_policy(other, config, device)[1:2], other), RewardModelScorer)
+    held = load_validated(dataset["ref"], dataset["store"]).eval
+    texts = ([p["prompt"] for p in held] * 2, [p["chosen"] for p in held] + [p["rejected"] for p in held])
+    ours, merged = scorer(*texts), RewardModelScorer(rm, device)(*texts)
+    assert ours == pytest.approx(merged, abs=1e-4)
+    with model.disable_adapter():  # the same head on the bare base: what the adapter's weights add
+        bare = scorer(*texts)
+    assert max(abs(x - y) for x, y in zip(ours, bare)) > 1e-3  # 0.019 here: the match above is the adapter's doing
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable  # scoring left the policy trainable
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if ".reward." in n}
+    policy = {n: p.detach().clone() for n, p in model.named_parameters() if n in trainable}
+    assert frozen and not (set(frozen) & trainable)
+    history = train(model, value_head, tokenizer, scorer, sorted({r["prompt"] for r in dataset_rows(dataset)}), config)
+    assert len(history) == 1
+    assert all(p.equal(frozen[n]) for n, p in model.named_parameters() if n in frozen)  # the reward did not train
+    assert any(not p.equal(policy[n]) for n, p in model.named_parameters() if n in policy)  # the policy did
+    save_policy(model, value_head, tokenizer, tmp_path / "saved")
+    assert not (tmp_path / "saved" / "adapter" / "reward").exists()
+
+
+def dataset_rows(dataset) -> list[dict]:
+    from prefdata.trainers.common import load_validated
+
+    return load_validated(dataset["ref"], dataset["store"]).train
 
 
 def test_rm_chance_warning_names_the_usual_causes(tmp_path):
@@ -390,6 +586,10 @@ def test_ppo_trains_from_a_validated_version(dataset, world, tmp_path):
     log = result.metrics["log"]
     assert len(log) == 2 and all(row["ptx_loss"] is not None and "kl" in row for row in log)
     assert json.loads((result.model_dir / "prefdata_train.json").read_text())["dataset"] == dataset["ref"]
+    # PPO's per-step lines go to the run's log file (the console only with --verbose), its stage lines too.
+    steps = [line for line in (result.model_dir / "train.log").read_text().splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and all("reward_mean" in line for line in steps)
+    assert result.metrics["reward_as"] == "callable" and set(result.metrics["mean_response_length"]) == {"before", "after"}
     with pytest.raises(UnusableInput, match="use_lora must stay true"):
         train("ppo", dataset["ref"], {**config, "use_lora": False}, store=dataset["store"], base_model=world.sft,
               output_dir=tmp_path / "ppo2")

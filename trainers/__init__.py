@@ -71,10 +71,13 @@ def load(method: str) -> Plugin:
 
 def train(method: str, dataset: str, config: str | Path | dict | None = None, *, store: str | None = None,
           output_dir: str | Path | None = None, base_model: str | Path | None = None,
-          log: Callable[[str], None] | None = None):
-    """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult."""
+          log: Callable[[str], None] | None = None, verbose: bool = False):
+    """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult.
+
+    `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
+    `log` as well only when `verbose`."""
     from prefdata.trainers.common import (
-        TrainResult, check_base_model, is_main_process, load_config_file, load_validated, parse_config, write_card,
+        RunLog, TrainResult, check_base_model, is_main_process, load_config_file, load_validated, parse_config, write_card,
     )
 
     # The data first, before the method, the config or the model load: a version that is not
@@ -90,7 +93,8 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
     check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
-    model_dir, metrics = plugin.run(cfg, data, output_dir, log or (lambda _msg: None))
+    run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
+    model_dir, metrics = plugin.run(cfg, data, output_dir, run_log)
     card = model_dir / "README.md"
     if is_main_process():  # under `accelerate launch`, rank 0 writes the card once
         card = write_card(model_dir, method, data, cfg.base_model, cfg, metrics)

@@ -37,6 +37,7 @@ class MixConfig:
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     guards: bool = field(default=True, metadata={"help": "Stop the run when a guard from the KL tuning table fires."})
+    length_max_new_tokens: int = field(default=128, metadata={"help": "Greedy tokens per held-out prompt for the card's mean_response_length before/after (0 skips it)."})
 
 
 @dataclass
@@ -272,6 +273,46 @@ def rule_reward(spec: str) -> Callable:
     return reward
 
 
+# -- the reward-model gate ---------------------------------------------------------------------------
+
+
+DEFAULT_MIN_RM_ACCURACY = 0.6  # seed pitfall 3: a reward model should rank > 0.6 of held-out pairs right
+MIN_RM_ACCURACY_HELP = ("Refuse an rm:DIR reward whose card (DIR/prefdata_train.json, written by `prefdata train rm`) "
+                        "records a held-out pairwise accuracy below this, or records none; null turns the gate off "
+                        "(a reward model from elsewhere, without a card).")
+
+
+def check_reward_models(rewards: list[str], min_accuracy: float | None) -> None:
+    """Refuse, in one line, each `rm:DIR` reward whose card says it ranks held-out pairs too poorly:
+    below `min_accuracy` or no figure at all (GateFailed, exit 1); a folder with no card (or an unreadable
+    one) is UnusableInput (exit 2). Reads only a JSON file: it runs before any model is loaded."""
+    if min_accuracy is None:
+        return
+    waive = "set min_rm_accuracy: null in the config to use it anyway"
+    for spec in rewards:
+        kind, _, target = str(spec).partition(":")
+        if kind != "rm" or not Path(target).is_dir():
+            continue  # rule rewards have no card; a missing folder is the plugin's own one-line error
+        record = Path(target) / "prefdata_train.json"
+        if not record.is_file():
+            raise UnusableInput(f"rewards: rm:{target} has no prefdata_train.json, so its held-out accuracy is unknown "
+                                f"and min_rm_accuracy {min_accuracy:g} cannot be checked: train it with `prefdata train "
+                                f"rm`, or {waive}")
+        try:
+            accuracy = json.loads(record.read_text(encoding="utf-8"))["metrics"].get("heldout_pairwise_accuracy")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UnusableInput(f"rewards: rm:{target}: {record.name} cannot be read ({exc}): retrain it with "
+                                f"`prefdata train rm`, or {waive}") from None
+        if not isinstance(accuracy, (int, float)) or isinstance(accuracy, bool):
+            raise GateFailed(f"rewards: rm:{target} records no held-out pairwise accuracy in {record.name} (a version "
+                             f"with no held-out pairs?), so min_rm_accuracy {min_accuracy:g} cannot be checked: retrain "
+                             f"it on a version with an eval split, or {waive}")
+        if accuracy < min_accuracy:
+            raise GateFailed(f"rewards: rm:{target}: held-out pairwise accuracy {accuracy:.3g} is below min_rm_accuracy "
+                             f"{min_accuracy:g}: it ranks unseen pairs too poorly to train against (a policy would learn "
+                             f"its errors); train it longer or on more pairs, or lower min_rm_accuracy")
+
+
 # -- evaluation --------------------------------------------------------------------------------------
 
 
@@ -337,6 +378,38 @@ def preference_accuracy(model, tokenizer, pairs: list[dict[str, str]]) -> float 
     return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
 
 
+LENGTH_PROMPTS = 128  # held-out prompts generated on for the length figure: enough for a stable mean, cheap
+
+
+def mean_response_length(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 32) -> float | None:
+    """Mean length in tokens of the model's greedy responses to the first LENGTH_PROMPTS held-out
+    prompts, up to (not counting) the first EOS, capped at max_new_tokens. Greedy, so the figure is the
+    same for the same weights: before and after differ only by what training changed."""
+    import torch
+
+    prompts = prompts[:LENGTH_PROMPTS]
+    if not prompts or max_new_tokens <= 0:
+        return None
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # every prompt ends where generation starts
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    lengths: list[int] = []
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for lo in range(0, len(prompts), batch_size):
+                enc = tokenizer(prompts[lo:lo + batch_size], return_tensors="pt", padding=True).to(model.device)
+                # Never past the model's context (a tiny model's may be 64 tokens): the cap is then the room left.
+                room = (getattr(model.config.get_text_config(), "max_position_embeddings", None) or 1 << 30) - enc["input_ids"].size(1)
+                out = model.generate(**enc, do_sample=False, max_new_tokens=max(1, min(max_new_tokens, room)), pad_token_id=pad,
+                                     eos_token_id=tokenizer.eos_token_id)
+                for row in out[:, enc["input_ids"].size(1):].tolist():
+                    ends = [i for i, t in enumerate(row) if t == tokenizer.eos_token_id]
+                    lengths.append(ends[0] if ends else len(row))
+    finally:
+        tokenizer.padding_side = side
+    return sum(lengths) / len(lengths)
+
+
 def _mean_logps(model, tokenizer, examples) -> list[float]:
     """Each completion's mean token log-prob given its prompt."""
     out: list[float] = []
@@ -356,6 +429,9 @@ def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) ->
     accuracy = preference_accuracy(model, tokenizer, data.eval)
     if accuracy is not None:
         metrics["preference_accuracy"] = accuracy
+    length = mean_response_length(model, tokenizer, sorted({p["prompt"] for p in data.eval}), mix.length_max_new_tokens)
+    if length is not None:
+        metrics["mean_response_length"] = length
     if mix.eval_sft:
         metrics["heldout_sft_loss"] = sft_loss(model, tokenizer, read_sft_file(mix.eval_sft))
     del model
@@ -366,8 +442,12 @@ def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) ->
 
 
 def before_after(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
-    return {"before": before, "after": after,
-            "change": {k: after[k] - before[k] for k in after if k in before and before[k] is not None}}
+    out = {"before": before, "after": after,
+           "change": {k: after[k] - before[k] for k in after if k in before and before[k] is not None}}
+    if "mean_response_length" in before and "mean_response_length" in after:
+        # Also at the top of the card: a run that "wins" by growing its answers shows it at a glance.
+        out["mean_response_length"] = {k: out[k]["mean_response_length"] for k in ("before", "after")}
+    return out
 
 
 # -- distributed runs (accelerate launch) ------------------------------------------------------------
@@ -409,6 +489,7 @@ def train_and_measure(method: str, trainer, tokenizer, output_dir: Path, mix: Mi
     `before` given: evaluate the saved model the same way and report before/after/change."""
     from prefdata.trainers.guards import GuardTripped
 
+    route_step_logs(trainer, log)  # per-step dicts to DIR/train.log (and the console with --verbose), not stdout
     timer = Timer()
     trainer.train()
     train_seconds = timer.seconds()
@@ -434,6 +515,71 @@ def train_and_measure(method: str, trainer, tokenizer, output_dir: Path, mix: Mi
         metrics["sft_mix"] = {"sources": mix.sft_sources, "ratio": mix.sft_ratio if pool else 0.0, "pool": len(pool)}
     metrics["log"] = history
     return metrics
+
+
+# -- the run's log -----------------------------------------------------------------------------------
+
+
+class RunLog:
+    """The run's log: stage lines (`log(line)`) go to the console and DIR/train.log; per-step lines
+    (`log.step(line)`: TRL's metric dict per logged step, PPO's per-step line) go to train.log, and to
+    the console only when `verbose`. The file opens on the first line, so a run refused before it
+    starts leaves no folder behind. Plugins that only call `log(line)` work as before."""
+
+    def __init__(self, path: Path, echo: Callable[[str], None], verbose: bool = False) -> None:
+        self.path, self.echo, self.verbose = Path(path), echo, verbose
+        self._main: bool | None = None
+        self._started = False
+
+    def _write(self, line: str) -> None:
+        if self._main is None:
+            # Under torchrun / `accelerate launch` (both set RANK), rank 0 alone writes the file. Read from the
+            # environment, not accelerate's PartialState, so logging never sets up the process group early.
+            import os
+
+            self._main = os.environ.get("RANK", "0") == "0"
+        if self._main:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a" if self._started else "w", encoding="utf-8") as out:  # a rerun starts it afresh
+                out.write(line + "\n")
+            self._started = True
+
+    def __call__(self, line: str) -> None:
+        self._write(str(line))
+        self.echo(line)
+
+    def step(self, line: str) -> None:
+        self._write(str(line))
+        if self.verbose:
+            self.echo(line)
+
+
+def route_step_logs(trainer, log: Callable[[str], None]) -> None:
+    """Send a transformers Trainer's per-step metric dicts to `log.step` instead of stdout: its
+    ProgressCallback prints each log dict through tqdm.write (stdout) and PrinterCallback prints it.
+    The progress bar itself (stderr) stays. A plain `log` callable (no .step) leaves TRL as it is."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+
+    step = getattr(log, "step", None)
+    if step is None:
+        return
+
+    class BarOnly(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and logs:
+                step(str({k: f"{v:.4g}" if isinstance(v, float) else v for k, v in logs.items() if k != "total_flos"}))
+
+    names = {type(cb) for cb in trainer.callback_handler.callbacks}
+    if ProgressCallback in names:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(BarOnly)
+    if PrinterCallback in names:
+        trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(StepLog)
 
 
 # -- saving ----------------------------------------------------------------------------------------

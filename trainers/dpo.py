@@ -43,6 +43,14 @@ class DPOTrainConfig(RunDefaults, DPOConfig, MixConfig):
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
     max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.use_weighting and "sft" in self.loss_type:
+            # TRL 1.16 multiplies the sft term's expanded (shared-memory) loss in place and fails mid-step.
+            raise ValueError("use_weighting cannot be combined with the 'sft' loss type in TRL 1.16 (its in-place "
+                             "weighting fails on the sft term): drop 'sft' from loss_type (and its loss_weights entry) "
+                             "or turn use_weighting off; the SFT mix (sft_ratio) still protects the chosen answers")
+
 
 def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
@@ -69,6 +77,9 @@ def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     metrics = train_and_measure("dpo", trainer, tokenizer, output_dir, cfg, data, log, before=before, guards=guards, pool=pool,
                                 final_keys=("loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
                                             "rewards/accuracies", "sft_loss"))
+    # What TRL's trainer itself took of the length controls (README: "Length"), as read back from it.
+    metrics["length_controls"] = {"loss_type": list(trainer.loss_types), "ld_alpha": trainer.ld_alpha,
+                                  "use_weighting": trainer.use_weighting}
     return output_dir, {**metrics, "seconds": timer.seconds()}
 
 plugin = Plugin("dpo", DPOTrainConfig, run, "Direct Preference Optimization (TRL DPOTrainer) on LoRA adapters")

@@ -3,6 +3,9 @@
     rewards: ["rule:prefdata.world:verify"]      a function (prompt, completion) -> bool | float
     rewards: ["rm:.prefdata/runs/rm-x"]          a sequence-classification reward model folder
 
+A reward model must have a card from `prefdata train rm` recording held-out pairwise accuracy at or
+above `min_rm_accuracy` (0.6): below it, or with no figure, the run is refused before anything loads.
+
 The prompts are the validated version's training prompts (each once). A ptx term (SFT batches, see
 mixing.py) protects skills the prompts never touch. Guards: KL above a bound, KL collapsing while
 the reward climbs, and advantages all ~0 (every group scored alike: group too small or reward flat).
@@ -19,10 +22,13 @@ from trl import GRPOConfig, GRPOTrainer
 from prefdata.errors import UnusableInput
 from prefdata.trainers import Plugin
 from prefdata.trainers.common import (
+    DEFAULT_MIN_RM_ACCURACY,
+    MIN_RM_ACCURACY_HELP,
     MixConfig,
     RunDefaults,
     Timer,
     TrainingData,
+    check_reward_models,
     evaluate_model,
     lora_config,
     rule_reward,
@@ -46,6 +52,7 @@ class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
     max_completion_length: int | None = field(default=8, metadata={"help": "Tokens per completion."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for the group."})
     beta: float = field(default=0.04, metadata={"help": "KL coefficient (seed table: 0.02-0.06 for GRPO)."})
+    min_rm_accuracy: float | None = field(default=DEFAULT_MIN_RM_ACCURACY, metadata={"help": MIN_RM_ACCURACY_HELP})
 
 
 def reward_funcs(specs: list[str]) -> list:
@@ -71,6 +78,7 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
 
     timer = Timer()
     funcs = reward_funcs(cfg.rewards)
+    check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"grpo: before {before}")
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")

@@ -5,8 +5,10 @@ One base causal LM is loaded once and plays three of PPO's four roles:
     policy     the base with a trainable LoRA adapter (PEFT)
     value      a linear head on the policy's last hidden state, trained with it
     reference  the same base with the adapter disabled (`with model.disable_adapter():`), no copy
-    reward     a Python callable (a rule verifier), or a sequence-classification reward model
-               folder loaded once as its own frozen model
+    reward     a Python callable (a rule verifier), or a reward model folder: when `prefdata train
+               rm` trained it with LoRA on the same base, its adapter is loaded as a second adapter
+               ("reward") on this base, with its score head (RewardAdapterScorer: no second copy);
+               otherwise it loads once as its own frozen model (RewardModelScorer)
 
 A step: sample completions for a batch of prompts (left-padded, `generate` with sampling); score
 them; per-token KL to the reference becomes a penalty on every response token, the score lands on
@@ -70,6 +72,7 @@ class PPOConfig:
     ptx_coef: float = field(default=1.0, metadata={"help": "Weight of the next-token loss on mixed-in SFT examples (PPO-ptx)."})
     sft_ratio: float = field(default=0.2, metadata={"help": "SFT examples per rollout in each minibatch when sft_examples are given; 0 turns the ptx term off."})
     seed: int = field(default=0, metadata={"help": "Seeds prompt order, sampling and the value head."})
+    activation_checkpointing: bool = field(default=False, metadata={"help": "Recompute each layer's activations in the backward pass instead of keeping them: less memory per update (they dominate once the base is shared), a slower update."})
 
     def __post_init__(self) -> None:
         for name in ("lr", "steps", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "temperature",
@@ -126,12 +129,117 @@ class RewardModelScorer:
         return scores
 
 
-def _reward_fn(reward: Reward | str | Path, device) -> Reward:
+REWARD_ADAPTER = "reward"  # the reward model's LoRA adapter on the policy's base (the policy's is "default")
+
+
+def _same_model(a: str | Path, b: str | Path) -> bool:
+    """Two from_pretrained names for the same weights: the same resolved folder, or the same hub id."""
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    return str(a) == str(b)
+
+
+def reward_adapter_dir(path: str | Path, base_model: str | Path) -> Path | None:
+    """The LoRA adapter of a reward model folder written by `prefdata train rm` (DIR/adapter), when it was
+    trained on `base_model` (the base its adapter_config.json names): then it can ride on the policy's
+    base. None for a folder without one (use_lora off, a model from elsewhere) or on another base."""
+    adapter = Path(path) / "adapter"
+    config = adapter / "adapter_config.json"
+    if not config.is_file():
+        return None
+    info = json.loads(config.read_text(encoding="utf-8"))
+    if info.get("peft_type") != "LORA" or not info.get("base_model_name_or_path"):
+        return None
+    return adapter if _same_model(info["base_model_name_or_path"], base_model) else None
+
+
+class RewardAdapterScorer:
+    """The reward model as a second LoRA adapter on the policy's own base (seed 000's design): the
+    adapter's LoRA weights go in as adapter "reward", its score head (saved with the adapter, TRL's
+    RewardTrainer trains it as modules_to_save) as a frozen linear layer. Scoring switches the base to
+    that adapter, reads the backbone's last hidden state at the last non-pad token (as the sequence-
+    classification model does) and switches back; the weights are those of the merged reward model, so
+    the scores are RewardModelScorer's, without a second copy of the base in memory."""
+
+    def __init__(self, model, path: str | Path, adapter: Path, batch_size: int = 64):
+        import torch
+        from peft import LoraConfig, set_peft_model_state_dict
+        from safetensors.torch import load_file
+        from transformers import AutoConfig, AutoTokenizer
+
+        saved = LoraConfig.from_pretrained(adapter)
+        state = load_file(adapter / "adapter_model.safetensors")
+        head = [k for k in state if k.endswith("score.weight")]
+        if len(head) != 1:
+            raise ValueError(f"reward adapter {adapter}: no single score head in adapter_model.safetensors ({head})")
+        score = state.pop(head[0]).float()
+        state.pop(head[0].replace(".weight", ".bias"), None)  # Llama's score has no bias; others may
+        # The same LoRA shape on the causal LM: its layers carry the same module names as the classifier's.
+        model.add_adapter(REWARD_ADAPTER, LoraConfig(r=saved.r, lora_alpha=saved.lora_alpha, lora_dropout=0.0,
+                                                     target_modules=saved.target_modules, use_rslora=saved.use_rslora,
+                                                     task_type="CAUSAL_LM"))
+        loaded = set_peft_model_state_dict(model, state, adapter_name=REWARD_ADAPTER)
+        missing = [k for k in loaded.missing_keys if f".{REWARD_ADAPTER}." in k]
+        if loaded.unexpected_keys or missing:
+            raise ValueError(f"reward adapter {adapter} does not fit the policy's base: "
+                             f"unexpected {loaded.unexpected_keys[:3]}, missing {missing[:3]}")
+        self._freeze(model)
+        device = next(model.parameters()).device
+        self.head = torch.nn.Linear(score.shape[1], score.shape[0], bias=False).to(device).requires_grad_(False)
+        self.head.weight.data.copy_(score.to(device))
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "right"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        pad = AutoConfig.from_pretrained(path).pad_token_id  # the classifier pools where its config says pad starts
+        self.pad_id = self.tokenizer.pad_token_id if pad is None else pad
+        self.model, self.device, self.batch_size = model, device, batch_size
+
+    @staticmethod
+    def _freeze(model) -> None:
+        """The policy's adapter active and trainable, the reward adapter frozen."""
+        model.set_adapter("default")
+        for name, param in model.named_parameters():
+            if f".{REWARD_ADAPTER}." in name:
+                param.requires_grad_(False)
+
+    def __call__(self, prompts: list[str], completions: list[str]) -> list[float]:
+        import torch
+
+        eos = self.tokenizer.eos_token or ""
+        texts = [p + c + eos for p, c in zip(prompts, completions)]
+        backbone = self.model.get_base_model()
+        backbone = getattr(backbone, backbone.base_model_prefix)  # e.g. LlamaModel: the LoRA layers live in it
+        scores: list[float] = []
+        was_training = self.model.training
+        self.model.eval()
+        self.model.base_model.set_adapter(REWARD_ADAPTER, inference_mode=True)
+        try:
+            with torch.no_grad():
+                for i in range(0, len(texts), self.batch_size):
+                    enc = self.tokenizer(texts[i:i + self.batch_size], return_tensors="pt", padding=True).to(self.device)
+                    hidden = backbone(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                                      use_cache=False).last_hidden_state
+                    ids = enc["input_ids"]
+                    cols = torch.arange(ids.size(1), device=ids.device)
+                    last = (cols * (ids != self.pad_id)).argmax(-1)  # as LlamaForSequenceClassification pools
+                    scores += self.head(hidden[torch.arange(ids.size(0), device=ids.device), last].float())[:, 0].tolist()
+        finally:
+            self._freeze(self.model)
+            self.model.train(was_training)
+        return scores
+
+
+def _reward_fn(reward: Reward | str | Path, device, model=None, base_model: str | Path | None = None) -> Reward:
     if callable(reward):
         return reward
     path = Path(reward)
     if not (path / "config.json").is_file():
         raise ValueError(f"reward {reward!r} is neither a callable nor a model folder with config.json")
+    adapter = reward_adapter_dir(path, base_model) if model is not None and base_model is not None else None
+    if adapter is not None:
+        return RewardAdapterScorer(model, path, adapter)
     return RewardModelScorer(path, device)
 
 
@@ -164,6 +272,11 @@ def load_policy(base_model: str | Path, config: PPOConfig, device):
                       target_modules=config.lora_target_modules, task_type="CAUSAL_LM")
     # The adapter keeps PEFT's name "default" so save_pretrained writes it at the top of adapter/.
     model = get_peft_model(base, lora)
+    if config.activation_checkpointing:  # non-reentrant: gradients reach the LoRA weights without input grads
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers 5's name
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     torch.manual_seed(config.seed)
     value_head = torch.nn.Linear(base.config.get_text_config().hidden_size, 1).to(device)
     # V = 0 at the start: the first advantages are the (whitened) returns, never a random baseline.
@@ -402,14 +515,17 @@ def run_ppo(config: PPOConfig, base_model: str | Path, prompts: list[str], rewar
     `reward(prompts, completions) -> scores`, or a reward model folder. Each callback is called as
     `cb(step, metrics)` after every step; an exception from it stops the run and propagates (the
     guards use this); nothing is saved then. Returns the last step's metrics, `train_seconds`,
-    `steps` and the per-step `history`.
+    `steps`, the per-step `history` and `reward_as` (callable, adapter: a reward model's LoRA adapter
+    on this base, model: a reward model loaded as its own copy).
     Output: output_dir holds the merged model + tokenizer (AutoModelForCausalLM.from_pretrained),
     output_dir/adapter the LoRA adapter, value_head.pt the value head, ppo_history.json the log.
     """
     device = _device()
     tokenizer, model, value_head = load_policy(base_model, config, device)
     padding_side = tokenizer.padding_side
-    reward_fn = _reward_fn(reward, device)
+    reward_fn = _reward_fn(reward, device, model, base_model)  # an rm adapter on this base rides on the policy's base
+    reward_as = ("callable" if callable(reward) else
+                 "adapter" if isinstance(reward_fn, RewardAdapterScorer) else "model")
     started = time.perf_counter()
     history = train(model, value_head, tokenizer, reward_fn, prompts, config, sft_examples, callbacks, log)
     seconds = time.perf_counter() - started
@@ -417,7 +533,7 @@ def run_ppo(config: PPOConfig, base_model: str | Path, prompts: list[str], rewar
     output_dir = Path(output_dir)
     save_policy(model, value_head, tokenizer, output_dir)
     (output_dir / "ppo_history.json").write_text(json.dumps({"config": asdict(config), "history": history}, indent=1))
-    return {**history[-1], "train_seconds": seconds, "steps": len(history), "history": history}
+    return {**history[-1], "train_seconds": seconds, "steps": len(history), "history": history, "reward_as": reward_as}
 
 
 def save_policy(model, value_head, tokenizer, output_dir: Path) -> None:
@@ -425,6 +541,8 @@ def save_policy(model, value_head, tokenizer, output_dir: Path) -> None:
     import torch
 
     output_dir.mkdir(parents=True, exist_ok=True)
+    if REWARD_ADAPTER in model.peft_config:  # the reward model's adapter is not the policy's: never merged or saved
+        model.delete_adapter(REWARD_ADAPTER)
     model.save_pretrained(output_dir / "adapter")
     torch.save(value_head.state_dict(), output_dir / "value_head.pt")
     merged = model.merge_and_unload()  # folds B @ A into the base weights; the PEFT wrapper is gone
@@ -436,7 +554,7 @@ def save_policy(model, value_head, tokenizer, output_dir: Path) -> None:
 
 
 from prefdata.trainers import Plugin  # noqa: E402 - the plugin part needs only the light registry
-from prefdata.trainers.common import MixConfig  # noqa: E402
+from prefdata.trainers.common import DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, MixConfig  # noqa: E402
 
 
 @dataclass
@@ -447,6 +565,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 
     rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:module:function' or 'rm:PATH'."})
     output_dir: str | None = field(default=None, metadata={"help": "Where the model goes (set by `prefdata train`)."})
+    min_rm_accuracy: float | None = field(default=DEFAULT_MIN_RM_ACCURACY, metadata={"help": MIN_RM_ACCURACY_HELP})
 
     def __post_init__(self):
         super().__post_init__()
@@ -458,7 +577,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 
 def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from prefdata.errors import UnusableInput
-    from prefdata.trainers.common import Timer, before_after, evaluate_model, rule_reward, sft_pool
+    from prefdata.trainers.common import Timer, before_after, check_reward_models, evaluate_model, rule_reward, sft_pool
     from prefdata.trainers.guards import defaults, step_guard
 
     timer = Timer()
@@ -469,6 +588,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
         reward = target
     else:
         raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:module:function or rm:PATH (an existing folder)")
+    check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"ppo: before {before}")
     prompts = sorted({row["prompt"] for row in data.train})
@@ -476,7 +596,9 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     if not cfg.guards:
         cfg.max_kl = None
     callbacks = [step_guard(defaults("ppo", cfg.rewards))] if cfg.guards else []
-    result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks, log=log)
+    # Each step's line goes to the run's train.log (the console only with --verbose): log.step when given.
+    result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks,
+                     log=getattr(log, "step", log))
     after = evaluate_model(output_dir, cfg, data)
     log(f"ppo: after {after}")
     history = result.pop("history")
@@ -487,6 +609,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
         "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 3),
         "seconds": timer.seconds(),
         "final": {k: result.get(k) for k in ("reward_mean", "kl", "kl_coef", "policy_loss", "value_loss", "ptx_loss")},
+        "reward_as": result["reward_as"],  # callable (rule), adapter (rm on the same base), model (its own copy)
         "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
         "log": history,
     }
