@@ -168,7 +168,8 @@ def digests(*parts: pl.Series) -> pl.Series:
         return pl.Series([], dtype=pl.String)
     arrays = [array for part in parts for array in _with_lengths(part)]
     # the empty separator built from buffers: pa.scalar(b"") would import pandas (~1 s) to check its type
-    nothing = pa.Array.from_buffers(pa.large_binary(), 1, [None, pa.py_buffer(np.zeros(2, np.int64)), pa.py_buffer(b"")])[0]
+    empty = [None, pa.py_buffer(np.zeros(2, np.int64)), pa.py_buffer(b"")]
+    nothing = pa.Array.from_buffers(pa.large_binary(), 1, empty)[0]
     messages = pc.binary_join_element_wise(*arrays, nothing)
     del arrays
     offsets = np.frombuffer(messages.buffers()[1], dtype=np.int64)[messages.offset:messages.offset + rows + 1]

@@ -40,6 +40,7 @@ import socket
 import stat
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,10 @@ MIN_KEY_CHARS = 32
 STAGING = ".tmp-"  # NAME/.tmp-<pid>-<host>-<uuid>: a version being written, renamed into place when whole
 STALE_STAGING_SECONDS = 24 * 3600  # staging from another host (whose pid we cannot check) older than this is dead
 CONFIG_DIRS = {"default": "data", "sft": "sft", "comparisons": "comparisons", "votes": "votes"}
+# zstd level of the version's Parquet files. 2, not polars' default 3: at 200k realistic pairs it
+# encodes ~25% faster for files ~2.5% larger (level 1: ~45% faster, ~27% larger). The version id
+# hashes the file bytes, so a level change gives the same content a new version id, once.
+ZSTD_LEVEL = 2
 
 
 def _now() -> str:
@@ -226,16 +231,24 @@ class Store:
         configs: dict[str, dict[str, str]] = {}
         rows: dict[str, dict[str, int]] = {}
         schema: dict[str, dict[str, str]] = {}
+        parquet: dict[str, pl.DataFrame] = {}
         for config, splits in tables.items():
             folder = CONFIG_DIRS[config]
             for split, frame in sorted(splits.items()):
                 rel = f"{folder}/{split}-00000-of-00001.parquet"
-                buffer = io.BytesIO()
-                frame.write_parquet(buffer, compression="zstd", statistics=False)
-                files[rel] = self._put(staging, rel, buffer.getvalue())
+                parquet[rel] = frame
                 configs.setdefault(config, {})[split] = f"{folder}/{split}-*.parquet"
                 rows.setdefault(config, {})[split] = frame.height
                 schema[config] = {c: str(t) for c, t in frame.schema.items()}
+
+        def put_parquet(rel: str) -> dict[str, Any]:
+            buffer = io.BytesIO()
+            parquet[rel].write_parquet(buffer, compression="zstd", compression_level=ZSTD_LEVEL, statistics=False)
+            return self._put(staging, rel, buffer.getbuffer())
+
+        # Two at a time (the pairs and their SFT subset): encoding, writing and hashing release the GIL.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            files.update(zip(parquet, pool.map(put_parquet, parquet)))
         if quarantine:
             body = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
             files["quarantine.jsonl"] = self._put(staging, "quarantine.jsonl", body.encode("utf-8", "surrogatepass"))
@@ -263,7 +276,7 @@ class Store:
         self._rename(staging, final)
         return Version(name, version, manifest)
 
-    def _put(self, folder: str, rel: str, data: bytes) -> dict[str, Any]:
+    def _put(self, folder: str, rel: str, data: bytes | memoryview) -> dict[str, Any]:
         path = f"{folder}/{rel}"
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with self.fs.open(path, "wb") as handle:

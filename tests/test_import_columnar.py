@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from prefdata.columnar import convert_columnar, digests
+from prefdata.columnar import convert_columnar, digests, normalised
 from prefdata.importer import import_file, import_rows
-from prefdata.records import _digest, pair_id, prompt_id
+from prefdata.records import _digest, normalise_series, pair_id, prompt_id
 
 
 def assert_same_import(path: Path, *, columnar_runs: bool = True, **options) -> None:
@@ -166,6 +166,21 @@ def test_vectorised_digests_are_records_digests():
     assert digests(texts).to_list() == [_digest(t) for t in texts]
     assert digests(texts, texts.reverse()).to_list() == [_digest(a, b) for a, b in zip(texts, texts.reverse())]
     assert digests(pl.Series(["2+2?"])).to_list() == [prompt_id("2+2?")]  # already normal text
+
+
+def test_normalised_once_per_run_is_normalise_series():
+    # runs of repeats (adjacent), repeats apart, nulls first and in a row, a slice, and nothing
+    texts = pl.Series([None, None, "A  b", "A  b", "a b", "Straße", None, "A  b", "ＡＢ", "ＡＢ", "", ""])
+    for part in (texts, texts.slice(1, 9), texts.slice(3, 1), texts.slice(0, 0), texts.reverse()):
+        assert normalised(part).to_list() == normalise_series(part).to_list()
+
+
+def test_vectorised_digests_on_slices_nulls_and_both_threads():
+    # enough rows for the two hashing threads; a slice (Arrow offset), nulls hashed as ""; none at all
+    texts = pl.Series(["", "a", None, "é" * 1500, "日本", "x" * 3000] * 4000)
+    part = texts.slice(5, 20_001)
+    assert digests(part, part.reverse()).to_list() == [_digest(a or "", b or "") for a, b in zip(part, part.reverse())]
+    assert digests(pl.Series([], dtype=pl.String)).to_list() == []
 
 
 def test_votes_with_a_columnar_import(tmp_path):
