@@ -64,10 +64,12 @@ def duplicate_examples(r: CheckResult) -> list[tuple[str, str]]:
     """(duplicate id, id of the row it repeats) for a duplicate check's first offending rows: its
     details["examples"] (exact duplicates), or its clusters' sample (near duplicates: each later
     member against the cluster's first row, the one a filter keeps). Empty for other checks."""
-    if r.details.get("examples"):
-        return [(str(e["id"]), str(e["duplicate_of"])) for e in r.details["examples"]][:MAX_EXAMPLES]
-    found = [(str(d), str(c["ids"][0])) for c in r.details.get("clusters_sample") or [] for d in c["ids"][1:]]
-    return found[:MAX_EXAMPLES]
+    if r.id == "exact_duplicates":  # other checks' "examples" (degenerate_pairs') are not pairings
+        return [(str(e["id"]), str(e["duplicate_of"])) for e in r.details.get("examples") or []][:MAX_EXAMPLES]
+    if r.id == "near_duplicates":
+        found = [(str(d), str(c["ids"][0])) for c in r.details.get("clusters_sample") or [] for d in c["ids"][1:]]
+        return found[:MAX_EXAMPLES]
+    return []
 
 
 def example_rows(results: Sequence[CheckResult], pairs: Any) -> dict[str, dict[str, Any]]:
