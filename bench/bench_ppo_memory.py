@@ -103,7 +103,7 @@ def run_shared(root: Path, config, mode: str) -> list[float]:
     else:
         reward = lambda ps, cs: [float(c[:1].isdigit()) for c in cs]  # noqa: E731
     loaded()
-    history = train(model, value_head, tokenizer, reward, prompts(config.batch_size * config.steps), config)
+    history = train(model, value_head, tokenizer, reward, prompts(config.per_device_train_batch_size * config.max_steps), config)
     return [row["seconds"] for row in history]
 
 
@@ -134,12 +134,12 @@ def run_separate(root: Path, config) -> list[float]:
     reward = RewardModelScorer(root / "rm", device)
     loaded()
     params = [p for m in (policy, critic) for p in m.parameters() if p.requires_grad] + list(head.parameters())
-    opt = torch.optim.AdamW(params, lr=config.lr)
-    all_prompts = prompts(config.batch_size * config.steps)
+    opt = torch.optim.AdamW(params, lr=config.learning_rate)
+    all_prompts = prompts(config.per_device_train_batch_size * config.max_steps)
     seconds = []
-    for step in range(config.steps):
+    for step in range(config.max_steps):
         t0 = time.perf_counter()
-        ps = all_prompts[step * config.batch_size:(step + 1) * config.batch_size]
+        ps = all_prompts[step * config.per_device_train_batch_size:(step + 1) * config.per_device_train_batch_size]
         tok.padding_side = "left"
         enc = tok(ps, return_tensors="pt", padding=True)
         width = enc["input_ids"].size(1)
@@ -186,7 +186,7 @@ def child(mode: str, root: Path, args) -> None:
 
     torch.set_num_threads(2)
     baseline = status_mb("VmRSS")
-    config = PPOConfig(steps=args.steps, batch_size=args.batch, mini_batch_size=args.batch // 2, ppo_epochs=1,
+    config = PPOConfig(max_steps=args.steps, per_device_train_batch_size=args.batch, mini_batch_size=args.batch // 2, ppo_epochs=1,
                        max_new_tokens=16, max_kl=None, activation_checkpointing=args.checkpointing)
     if mode == "separate":
         seconds = run_separate(root, config)

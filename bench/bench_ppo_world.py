@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mix", default="none,general,all")
     parser.add_argument("--n-prompts", type=int, default=4000)
-    parser.add_argument("--lr", type=float, default=None, help="override PPOConfig.lr (to provoke the alignment tax)")
+    parser.add_argument("--lr", type=float, default=None, help="override PPOConfig.learning_rate (to provoke the alignment tax)")
     args = parser.parse_args()
 
     import torch
@@ -53,9 +53,9 @@ def main() -> None:
     }
     config = replace(PPOConfig(), seed=args.seed)
     if args.lr is not None:
-        config = replace(config, lr=args.lr)
+        config = replace(config, learning_rate=args.lr)
     print(f"SFT model: task {before['task_accuracy']:.3f}, general {before['general_accuracy']:.3f}")
-    print(f"config: lr {config.lr}, steps {config.steps}, batch {config.batch_size}, mini {config.mini_batch_size}, "
+    print(f"config: lr {config.learning_rate}, steps {config.max_steps}, batch {config.per_device_train_batch_size}, mini {config.mini_batch_size}, "
           f"epochs {config.ppo_epochs}, temperature {config.temperature}, seed {config.seed}")
     print("| ptx mix | task before | task after | general before | general after | steps | seconds | s/step | reward first 10 -> last 10 | KL last 10 |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -19,6 +19,10 @@ trl/trainer/dpo_trainer.py `_prepare_dataset`):
 * without a chat template the texts are plain concatenations and TRL appends `eos_token` to a
   response that does not end with it (`add_eos`), so the EOS is "promised" there too.
 
+`chat_template=False` renders every row as plain concatenation whatever the tokenizer has: that is
+what TRL 1.16 does with the plain strings prefdata's trainers hand it (`is_conversational` is false
+for a string prompt, so no template is applied), and how `prefdata train` calls the check.
+
 The check itself is pure (pairs and a loaded tokenizer in, a CheckResult out); `load_tokenizer` is
 the one I/O helper, for the command line and the trainers.
 """
@@ -61,9 +65,15 @@ def _messages(prompt: str, prompt_messages: str | None) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}]
 
 
-def render(tokenizer: Any, prompt: str, response: str, prompt_messages: str | None = None) -> tuple[str, str]:
-    """(prompt text, prompt + response text) as the trainer will tokenise them (see the module doc)."""
-    if getattr(tokenizer, "chat_template", None):
+def _templated(tokenizer: Any, chat_template: bool) -> bool:
+    return bool(chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def render(tokenizer: Any, prompt: str, response: str, prompt_messages: str | None = None,
+           chat_template: bool = True) -> tuple[str, str]:
+    """(prompt text, prompt + response text) as the trainer will tokenise them (see the module doc);
+    `chat_template=False`: plain concatenation even when the tokenizer has a template."""
+    if _templated(tokenizer, chat_template):
         turns = _messages(prompt, prompt_messages)
         prompt_text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
         full_text = tokenizer.apply_chat_template(turns + [{"role": "assistant", "content": response}], tokenize=False)
@@ -72,11 +82,11 @@ def render(tokenizer: Any, prompt: str, response: str, prompt_messages: str | No
     return prompt, prompt + (response if response.endswith(eos) else response + eos)
 
 
-def _promises_eos(tokenizer: Any) -> bool:
+def _promises_eos(tokenizer: Any, chat_template: bool = True) -> bool:
     """A template promises EOS when it writes `eos_token`; plain concatenation always does (TRL adds it)."""
-    template = getattr(tokenizer, "chat_template", None)
-    if not template:
+    if not _templated(tokenizer, chat_template):
         return True
+    template = tokenizer.chat_template
     return isinstance(template, str) and "eos_token" in template
 
 
@@ -97,7 +107,8 @@ def _ends_with(ids: list[int], token: int | None, is_space: Any) -> bool:
     return False
 
 
-def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = DEFAULT_MAX_LENGTH) -> dict[str, list[str]]:
+def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = DEFAULT_MAX_LENGTH,
+                 chat_template: bool = True) -> dict[str, list[str]]:
     """pair id -> the problems of that pair (truncated, doubled_bos, missing_eos, prompt_not_prefix);
     pairs without a problem are absent."""
     messages = pairs["prompt_messages"].to_list() if "prompt_messages" in pairs.columns else [None] * pairs.height
@@ -105,12 +116,12 @@ def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = D
     for prompt, chosen, rejected, turns in zip(pairs["prompt"].to_list(), pairs["chosen"].to_list(),
                                                pairs["rejected"].to_list(), messages, strict=True):
         for response in (chosen, rejected):
-            p, f = render(tokenizer, prompt, response, turns)
+            p, f = render(tokenizer, prompt, response, turns, chat_template)
             prompts.append(p)
             fulls.append(f)
     prompt_ids, full_ids = _ids(tokenizer, prompts), _ids(tokenizer, fulls)
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    promised = _promises_eos(tokenizer)
+    promised = _promises_eos(tokenizer, chat_template)
     spaces: dict[int, bool] = {}
 
     def is_space(token: int) -> bool:
@@ -136,23 +147,24 @@ def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = D
     return problems
 
 
-def check_template_fit(pairs: pl.DataFrame, tokenizer: Any = None, max_length: int = DEFAULT_MAX_LENGTH,
-                       max_offending_share: float = DEFAULT_MAX_OFFENDING_SHARE) -> CheckResult:
+def check_template_fit(pairs: pl.DataFrame, tokenizer: Any = None, max_length: int | None = DEFAULT_MAX_LENGTH,
+                       max_offending_share: float = DEFAULT_MAX_OFFENDING_SHARE, chat_template: bool = True) -> CheckResult:
     """Share of pairs the trainer would truncate at `max_length` tokens (prompt + the longer
     response) or tokenise with a doubled BOS, without the promised EOS, or with a prompt whose tokens
     are not a prefix of prompt + response; fails above `max_offending_share`. Skips without a
-    tokenizer. The trainers call this too, with their base model's tokenizer and max_length."""
+    tokenizer. The trainers call this too, with their base model's tokenizer and max_length, and
+    `chat_template=False` (they hand TRL plain text; see the module doc). max_length None: no cut."""
     if tokenizer is None:
         return skip(CHECK_ID, HOW_TO_RUN, max_offending_share)
     if pairs.height == 0:
         return skip(CHECK_ID, "no pairs to render", max_offending_share)
-    problems = fit_problems(pairs, tokenizer, max_length)
+    problems = fit_problems(pairs, tokenizer, max_length, chat_template)
     share = len(problems) / pairs.height
     counts = {kind: sum(kind in found for found in problems.values())
               for kind in ("truncated", "doubled_bos", "missing_eos", "prompt_not_prefix")}
     status = "fail" if share > max_offending_share else "pass"
     named = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "none"
-    template = "chat template" if getattr(tokenizer, "chat_template", None) else "plain concatenation"
+    template = "chat template" if _templated(tokenizer, chat_template) else "plain concatenation"
     message = (f"{len(problems)} of {pairs.height} pairs would not reach the trainer intact ({named}); "
                f"rendered with the tokenizer's {template}, max_length {max_length}")
     return CheckResult(CHECK_ID, status, metric=share, threshold=max_offending_share, offending=tuple(problems),

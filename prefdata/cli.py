@@ -364,19 +364,44 @@ def publish(
     return 0
 
 
+def _show_train_config(method: str) -> None:
+    """`train METHOD --show-config`: one `name: default  # help` line per field, valid YAML to copy from.
+    Plain echo, not rich: defaults like [sigmoid, sft] are not markup."""
+    from dataclasses import MISSING
+
+    from prefdata.trainers import load
+    from prefdata.trainers.common import config_fields
+
+    plugin = load(method)
+    rows = config_fields(plugin.config_class)
+    typer.echo(f"# {method}: {plugin.config_class.__name__}, {len(rows)} fields ({plugin.description}); "
+               f"set any of them in --config FILE.yaml")
+    for name, default, text in rows:
+        value = "(required)" if default is MISSING else json.dumps(default, default=lambda v: getattr(v, "value", str(v)))
+        typer.echo(f"{name}: {value}" + (f"  # {text}" if text else ""))
+
+
 @app.command("train")
 def train_command(
     method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
-    dataset: Annotated[str, typer.Option(help="NAME@VERSION of a validated version.")],
-    config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version (required unless --show-config).")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
     base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
+    show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
     store: StoreOpt = None,
 ) -> int:
     """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
+    from prefdata.errors import UnusableInput
     from prefdata.trainers import train
 
+    if show_config:
+        _show_train_config(method)
+        return 0
+    if not dataset:
+        raise UnusableInput("train: --dataset NAME@VERSION is required (a validated version); "
+                            f"`prefdata train {method} --show-config` lists the config without one")
     console = _console()
     verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
     result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,

@@ -37,7 +37,7 @@ TINY = WorldConfig(
     batch_size=32, warmup_steps=5, n_eval_task=40, n_eval_general=20,
 )
 # Small and fast; a high lr so a handful of steps moves the 23k-parameter model measurably.
-FAST = PPOConfig(steps=3, batch_size=8, mini_batch_size=4, ppo_epochs=2, max_new_tokens=6, lr=1e-2, lora_r=4,
+FAST = PPOConfig(max_steps=3, per_device_train_batch_size=8, mini_batch_size=4, ppo_epochs=2, max_new_tokens=6, learning_rate=1e-2, lora_r=4,
                  lora_alpha=8, max_kl=None)
 
 
@@ -79,7 +79,7 @@ def test_ppo_trains_the_adapter_and_value_head_only(world, prompts, sft):
     head_before = value_head.weight.detach().clone()
     history = train(model, value_head, tokenizer, digit_reward, prompts, FAST, sft_examples=sft)
 
-    assert len(history) == FAST.steps
+    assert len(history) == FAST.max_steps
     for row in history:
         for key in ("reward_mean", "kl", "kl_coef", "policy_loss", "value_loss", "entropy", "clip_fraction",
                     "ptx_loss", "seconds"):
@@ -114,7 +114,7 @@ def test_ppo_raises_the_reward_it_is_given(world, prompts):
     def not_zero_first(prompts: list[str], completions: list[str]) -> list[float]:
         return [float(c[:1] not in ("0", "")) for c in completions]
 
-    config = replace(FAST, steps=10, batch_size=16, mini_batch_size=8, ppo_epochs=4)
+    config = replace(FAST, max_steps=10, per_device_train_batch_size=16, mini_batch_size=8, ppo_epochs=4)
     tokenizer, model, value_head = load_policy(world.sft, config, torch.device("cpu"))
     zero = tokenizer.convert_tokens_to_ids("0")
 
@@ -164,7 +164,7 @@ def test_run_ppo_saves_a_merged_model_that_loads(world, prompts, sft, tmp_path):
 
     lines: list[str] = []
     out = tmp_path / "ppo"
-    metrics = run_ppo(replace(FAST, steps=2), world.sft, prompts, digit_reward, out, sft_examples=sft, log=lines.append)
+    metrics = run_ppo(replace(FAST, max_steps=2), world.sft, prompts, digit_reward, out, sft_examples=sft, log=lines.append)
     assert metrics["steps"] == 2 and len(metrics["history"]) == 2 and len(lines) == 2
     assert "policy_loss" in lines[0] and "ptx_loss" in lines[0]
     assert json.loads((out / "ppo_history.json").read_text())["history"][1]["step"] == 1
@@ -185,11 +185,11 @@ def test_run_ppo_saves_a_merged_model_that_loads(world, prompts, sft, tmp_path):
 
 def test_ptx_term_only_with_sft_examples(world, prompts, sft):
     tokenizer, model, value_head = load_policy(world.sft, FAST, torch.device("cpu"))
-    without = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1))
+    without = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, max_steps=1))
     assert without[0]["ptx_loss"] is None
-    off = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1, sft_ratio=0.0), sft)
+    off = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, max_steps=1, sft_ratio=0.0), sft)
     assert off[0]["ptx_loss"] is None
-    on = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, steps=1), sft)
+    on = train(model, value_head, tokenizer, digit_reward, prompts, replace(FAST, max_steps=1), sft)
     # the next-token loss of the world's SFT data on its own (barely trained) model: finite, > 0
     assert on[0]["ptx_loss"] is not None and 0 < on[0]["ptx_loss"] < 10
 
@@ -205,13 +205,13 @@ def test_a_raising_callback_stops_the_run(world, prompts, tmp_path):
 
     out = tmp_path / "stopped"
     with pytest.raises(RuntimeError, match="guard fired"):
-        run_ppo(replace(FAST, steps=5), world.sft, prompts, digit_reward, out, callbacks=[guard])
+        run_ppo(replace(FAST, max_steps=5), world.sft, prompts, digit_reward, out, callbacks=[guard])
     assert seen == [0, 1]
     assert not (out / "config.json").exists()  # a stopped run leaves no model behind
 
 
 def test_max_kl_stops_a_run_that_leaves_the_reference(world, prompts, tmp_path):
-    config = replace(FAST, steps=6, lr=5e-2, target_kl=1e-4, max_kl=1e-3)
+    config = replace(FAST, max_steps=6, learning_rate=5e-2, target_kl=1e-4, max_kl=1e-3)
     with pytest.raises(KLBoundExceeded, match="above max_kl"):
         run_ppo(config, world.sft, prompts, digit_reward, tmp_path / "kl")
 
@@ -242,13 +242,13 @@ def test_reward_model_folder_scores_like_trl_get_reward(world, prompts, tmp_path
     assert ours == pytest.approx(trl_scores.tolist(), abs=1e-5)
 
     # and PPO runs with the folder as its reward, loaded as its own frozen model
-    metrics = run_ppo(replace(FAST, steps=1), world.sft, prompts, rm_dir, tmp_path / "ppo-rm")
+    metrics = run_ppo(replace(FAST, max_steps=1), world.sft, prompts, rm_dir, tmp_path / "ppo-rm")
     assert metrics["steps"] == 1
 
 
 def test_config_validation_names_both_values():
-    with pytest.raises(ValueError, match=r"mini_batch_size \(5\) must divide batch_size \(8\)"):
-        PPOConfig(batch_size=8, mini_batch_size=5)
+    with pytest.raises(ValueError, match=r"mini_batch_size \(5\) must divide per_device_train_batch_size \(8\)"):
+        PPOConfig(per_device_train_batch_size=8, mini_batch_size=5)
     with pytest.raises(ValueError, match="kl_estimator"):
         PPOConfig(kl_estimator="k2")
     with pytest.raises(ValueError, match=r"max_kl \(0.1\) must be above target_kl \(0.5\)"):
@@ -258,7 +258,7 @@ def test_config_validation_names_both_values():
 def test_activation_checkpointing_recomputes_the_same_update(world, prompts):
     """activation_checkpointing trades a recomputed forward for the activations a PPO update keeps
     (bench/RESULTS.md, PPO memory); the losses, KL and rewards are those of the plain run."""
-    config = replace(FAST, steps=2)
+    config = replace(FAST, max_steps=2)
     runs = []
     for checkpointing in (False, True):
         torch.manual_seed(0)  # the LoRA A matrices are drawn in load_policy: the same draw for both runs

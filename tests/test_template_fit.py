@@ -176,3 +176,15 @@ def test_trainer_rows_without_ids_are_named_by_index(tiny_llama):
     rows = pl.DataFrame(PAIRS.drop("id").to_dicts())
     result = check_template_fit(rows, load_tokenizer(str(tiny_llama)), max_length=40)
     assert result.status == "fail" and result.offending == ("1",)
+
+
+def test_plain_mode_renders_as_trainers_that_hand_trl_text(tmp_path):
+    """prefdata's trainers hand TRL plain strings, which TRL 1.16 never puts through the chat template
+    (it appends EOS and tokenises the concatenation): with chat_template=False the check renders that
+    way, so a template fault the trainer never meets is not reported, and the plain text is what counts."""
+    tok = load_tokenizer(str(_saved(_char_tokenizer("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"),
+                                    tmp_path / "tok")))
+    assert check_template_fit(PAIRS, tok).details["doubled_bos"] == 3  # the template's bos + the tokenizer's
+    plain = check_template_fit(PAIRS, tok, chat_template=False)
+    assert plain.status == "pass" and plain.details["template"] == "plain concatenation"
+    assert render(tok, "Say hi.", "hi", chat_template=False) == ("Say hi.", "Say hi.hi" + tok.eos_token)

@@ -186,6 +186,34 @@ def test_train_command_is_quiet_and_dpo_length_controls_reach_the_trainer(datase
     assert len(record["metrics"]["log"]) == 4
 
 
+def test_train_refuses_pairs_the_trainer_would_truncate_unless_waived(dataset, world, tmp_path):
+    """Issue 14 item 1, train side: `prefdata train` runs template_fit with the base model's tokenizer
+    and the config's max_length before training. The world's pairs are 14 tokens as the trainer hands
+    them to TRL (BOS, 8-character prompt, 4 digits, EOS): at max_length 12 every pair is cut, so the run
+    is refused in one line (exit 1) and writes nothing; `check_template: false` trains anyway."""
+    from prefdata.trainers import train
+
+    (tmp_path / "short.yaml").write_text(json.dumps(base_config(dataset, world, max_steps=1, max_length=12)))
+    out = cli("train", "dpo", "--dataset", dataset["ref"], "--base-model", str(world.sft), "--config",
+              str(tmp_path / "short.yaml"), "--output-dir", str(tmp_path / "refused"), store=Path(dataset["store"]))
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+    n = len(load_train_pairs(dataset))
+    assert f"template_fit fails on {dataset['ref']}: {n} of {n} pairs" in out.stderr and "max_length 12" in out.stderr
+    assert "plain concatenation" in out.stderr  # as TRL gets prefdata's pairs: plain text, not the chat template
+    assert "check_template: false" in out.stderr and not (tmp_path / "refused").exists()
+    result = train("dpo", dataset["ref"], base_config(dataset, world, max_steps=1, max_length=12, check_template=False,
+                                                      length_max_new_tokens=0, evaluator=None, eval_sft=None),
+                   store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "waived")
+    assert result.metrics["steps"] == 1 and result.card.is_file()
+
+
+def load_train_pairs(dataset) -> list[dict]:
+    from prefdata.trainers.common import load_validated
+
+    return load_validated(dataset["ref"], dataset["store"]).train
+
+
 def test_dpo_refuses_use_weighting_with_the_sft_term():
     """TRL 1.16's WPO weighting fails mid-step on the sft loss term (an in-place multiply on an expanded
     tensor: exit 3 after loading everything); the config refuses the pair up front, in one line."""
@@ -280,8 +308,8 @@ def test_rm_trains_a_scorer_that_checks_can_use(dataset, reward_model, tmp_path)
     # one PPO's scorer uses: the reported accuracy is the share of pairs that scorer ranks right.
     import torch
 
+    from prefdata.reward_scoring import RewardModelScorer
     from prefdata.trainers.common import load_validated
-    from prefdata.trainers.ppo import RewardModelScorer
 
     held = load_validated(dataset["ref"], dataset["store"]).eval
     scorer = RewardModelScorer(result.model_dir, torch.device("cpu"))
@@ -306,9 +334,7 @@ def test_rm_trains_a_scorer_that_checks_can_use(dataset, reward_model, tmp_path)
 
 
 def ppo_rm_config(dataset, world, rm: Path, **extra) -> dict:
-    config = base_config(dataset, world, rewards=[f"rm:{rm}"], steps=1, batch_size=8, mini_batch_size=4, **extra)
-    config.pop("max_steps"), config.pop("per_device_train_batch_size")
-    return config
+    return base_config(dataset, world, rewards=[f"rm:{rm}"], max_steps=1, mini_batch_size=4, **extra)
 
 
 def test_reward_model_gate_refuses_a_weak_or_unrecorded_reward_model(dataset, world, reward_model, tmp_path):
@@ -391,7 +417,7 @@ def test_a_reward_adapter_rides_on_the_ppo_base(dataset, world, reward_model, tm
     AutoModelForCausalLM.from_pretrained(world.sft).save_pretrained(other)
     AutoTokenizer.from_pretrained(world.sft).save_pretrained(other)
     assert reward_adapter_dir(rm, other) is None  # another base: the adapter cannot ride on it
-    config = PPOConfig(steps=1, batch_size=8, mini_batch_size=4, max_new_tokens=5, lr=1e-2, lora_r=4, lora_alpha=8,
+    config = PPOConfig(max_steps=1, per_device_train_batch_size=8, mini_batch_size=4, max_new_tokens=5, learning_rate=1e-2, lora_r=4, lora_alpha=8,
                        max_kl=None)
     device = torch.device("cpu")
     tokenizer, model, value_head = load_policy(world.sft, config, device)
@@ -579,8 +605,7 @@ def test_entry_point_plugins_are_found(tmp_path):
 def test_ppo_trains_from_a_validated_version(dataset, world, tmp_path):
     from prefdata.trainers import train
 
-    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify"], steps=2, batch_size=8, mini_batch_size=4)
-    config.pop("max_steps"), config.pop("per_device_train_batch_size")
+    config = base_config(dataset, world, rewards=["rule:prefdata.world:verify"], max_steps=2, mini_batch_size=4)
     result = train("ppo", dataset["ref"], config, store=dataset["store"], base_model=world.sft, output_dir=tmp_path / "ppo")
     assert changed_parameters(world.sft, result.model_dir)[0] > 0
     log = result.metrics["log"]
@@ -665,3 +690,64 @@ def test_readme_training_block_runs_as_written_after_the_demo(tmp_path):
     for method in ("rm", "dpo", "grpo", "ppo", "sft"):  # exit 0: no guard stopped any of them
         card = json.loads(next((tmp_path / ".prefdata" / "runs").glob(f"{method}-*/prefdata_train.json")).read_text())
         assert card["method"] == method and card["metrics"]["steps"] > 0
+
+
+def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
+    """rule rewards, evaluators and plugins load through prefdata.targets: one line that says what was
+    looked for; PPO scores a reward-model folder with the one shared scorer."""
+    import prefdata.reward_scoring
+    import prefdata.trainers as registry
+    from prefdata.trainers.common import load_evaluator, rule_reward
+    from prefdata.trainers.ppo import RewardModelScorer
+
+    with pytest.raises(UnusableInput, match=r"rewards: rule 'prefdata.world:no_such' cannot be loaded: .*looked for"):
+        rule_reward("prefdata.world:no_such")
+    assert rule_reward("prefdata.world:verify").__name__ == "rule_verify"
+    with pytest.raises(UnusableInput, match=r"evaluator 'no_such_module:f' cannot be loaded: cannot import .*looked for"):
+        load_evaluator("no_such_module:f")
+    monkeypatch.setattr(registry, "BUILTINS", {**registry.BUILTINS, "gone": "prefdata.world:no_plugin"})
+    with pytest.raises(UnusableInput, match=r"trainer gone 'prefdata.world:no_plugin' cannot be loaded: .*looked for"):
+        registry.load("gone")
+    assert RewardModelScorer is prefdata.reward_scoring.RewardModelScorer
+
+
+def test_show_config_prints_every_field_with_default_and_help(tmp_path):
+    """Issue 15: `prefdata train METHOD --show-config` lists every field of the method's config (TRL's
+    and prefdata's) with its default and help, without a dataset or any training; --dataset stays
+    required otherwise (one line, exit 2)."""
+    import dataclasses
+
+    from prefdata.trainers.dpo import DPOTrainConfig
+
+    out = cli("train", "dpo", "--show-config", store=tmp_path / "store")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    names = [f.name for f in dataclasses.fields(DPOTrainConfig) if f.init]
+    for name in names:
+        assert any(line.startswith(f"{name}: ") for line in lines), name
+    assert "learning_rate: 0.0005  # LoRA learning rate." in lines  # prefdata's default, not TRL's
+    assert 'loss_type: ["sigmoid", "sft"]  # TRL DPO loss types, combined with loss_weights.' in lines
+    assert any(line.startswith("check_template: true  # Before training, run the template_fit") for line in lines)
+    assert any(line.startswith("ld_alpha: null  # ") and len(line) > 30 for line in lines)  # a TRL field, TRL's help
+    assert not (tmp_path / "store").exists()  # no store opened, nothing trained
+    ppo = cli("train", "ppo", "--show-config", store=tmp_path / "store")
+    assert ppo.returncode == 0 and "learning_rate: 0.0002  # AdamW learning rate" in ppo.stdout
+    assert "max_steps: 60  #" in ppo.stdout and "per_device_train_batch_size: 64  #" in ppo.stdout
+    assert not any(line.startswith(("lr:", "steps:", "batch_size:")) for line in ppo.stdout.splitlines())
+    missing = cli("train", "dpo", store=tmp_path / "store")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    assert "--dataset" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("old, new", [("lr", "learning_rate"), ("steps", "max_steps"),
+                                      ("batch_size", "per_device_train_batch_size")])
+def test_ppo_old_field_names_are_refused_with_the_new_name(old, new):
+    """PPO's fields take TRL's names; a YAML with the old one is one line (exit 2) naming the new one."""
+    from prefdata.trainers.common import parse_config
+    from prefdata.trainers.ppo import PPOTrainConfig
+
+    with pytest.raises(UnusableInput, match=f"'{old}' is now '{new}'.*use {new}") as err:
+        parse_config(PPOTrainConfig, {old: 1, "rewards": ["rule:prefdata.world:verify"]})
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    assert getattr(parse_config(PPOTrainConfig, {new: 8, "mini_batch_size": 4 if new != "learning_rate" else 16,
+                                                 "rewards": ["rule:prefdata.world:verify"]}), new) == 8

@@ -16,7 +16,6 @@ Targets load lazily: listing the methods imports neither torch nor TRL.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -62,8 +61,9 @@ def load(method: str) -> Plugin:
     known = targets()
     if method not in known:
         raise UnusableInput(f"unknown training method {method!r}: use one of {', '.join(sorted(known))}")
-    module, _, attribute = known[method].partition(":")
-    plugin = getattr(importlib.import_module(module), attribute)
+    from prefdata.targets import load_target
+
+    plugin = load_target(known[method], what=f"trainer {method}", require_callable=False)
     if not isinstance(plugin, Plugin):
         raise UnusableInput(f"{known[method]} is not a prefdata.trainers.Plugin")
     return plugin
@@ -77,7 +77,7 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
     from prefdata.trainers.common import (
-        RunLog, TrainResult, check_base_model, is_main_process, load_config_file, load_validated, parse_config, write_card,
+        RunLog, TrainResult, check_base_model, check_template, is_main_process, load_config_file, load_validated, parse_config, write_card,
     )
 
     # The data first, before the method, the config or the model load: a version that is not
@@ -93,6 +93,7 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
     check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
+    check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
     model_dir, metrics = plugin.run(cfg, data, output_dir, run_log)
     card = model_dir / "README.md"

@@ -38,6 +38,7 @@ class MixConfig:
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     guards: bool = field(default=True, metadata={"help": "Stop the run when a guard from the KL tuning table fires."})
     length_max_new_tokens: int = field(default=128, metadata={"help": "Greedy tokens per held-out prompt for the card's mean_response_length before/after (0 skips it)."})
+    check_template: bool = field(default=True, metadata={"help": "Before training, run the template_fit check (checks/template_fit.py) on the training pairs with the base model's tokenizer and the config's max_length, and refuse the run when a pair would be cut or mis-tokenised; false trains anyway (methods without TRL's max_length, grpo and ppo, never tokenise the pairs' responses and skip it)."})
 
 
 @dataclass
@@ -56,6 +57,18 @@ class RunDefaults:
     def __post_init__(self):
         device_defaults(self)
         super().__post_init__()  # the TRL config's own checks
+
+
+@dataclass
+class PairTrainDefaults:
+    """prefdata's defaults for the TRL methods that train on the pairs' text (dpo, rm, sft), listed
+    before the TRL config among a method's bases so these win over TRL's: LoRA-sized steps and rate,
+    and a max_length the template_fit check holds the pairs to before training."""
+
+    learning_rate: float = field(default=5e-4, metadata={"help": "LoRA learning rate."})
+    max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs (sft: examples) per step and device."})
+    max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
 
 @dataclass
@@ -167,6 +180,10 @@ def sft_batch_size(batch_size: int, ratio: float) -> int:
 def parse_config(cls: type, values: dict[str, Any] | None) -> Any:
     """A config dataclass from a YAML mapping: unknown keys and wrong types are one clear line."""
     values = dict(values or {})
+    renamed = getattr(cls, "RENAMED", {})  # old name -> the TRL name a field took (PPO's lr, steps, batch_size)
+    for old in sorted(set(values) & set(renamed)):
+        raise UnusableInput(f"config: {old!r} is now {renamed[old]!r} (TRL's name) in {cls.__name__}: "
+                            f"use {renamed[old]}: {values[old]!r}")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -177,6 +194,20 @@ def parse_config(cls: type, values: dict[str, Any] | None) -> Any:
         return cls(**values)  # the configs validate themselves in __post_init__ (TRL's, and ours)
     except (TypeError, ValueError) as exc:
         raise UnusableInput(f"config for {cls.__name__}: {exc}") from None
+
+
+def config_fields(cls: type) -> list[tuple[str, Any, str]]:
+    """(name, default, help) of every field a config takes, in the dataclass's order: TRL's and
+    prefdata's alike (`prefdata train METHOD --show-config`). A field without a default has `MISSING`."""
+    from dataclasses import MISSING
+
+    out = []
+    for f in fields(cls):
+        if not f.init:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory() if f.default_factory is not MISSING else MISSING
+        out.append((f.name, default, " ".join(str(f.metadata.get("help", "")).split())))
+    return out
 
 
 def load_config_file(path: str | Path | None) -> dict[str, Any]:
@@ -223,6 +254,28 @@ def check_base_model(spec: str) -> None:
                             f"({str(exc).splitlines()[0]}): {fix}") from None
 
 
+def check_template(method: str, cfg: Any, data: TrainingData) -> None:
+    """Refuse, in one line (GateFailed, exit 1), training pairs the trainer would truncate at the config's
+    max_length or tokenise badly (checks/template_fit.py), before any model loads. Rendered as plain text,
+    not with the chat template: the trainers hand TRL plain strings, which it never templates. Only
+    methods with TRL's max_length field (dpo, rm, sft) tokenise the pairs; grpo and ppo generate their own
+    responses. `check_template: false` waives it."""
+    if not getattr(cfg, "check_template", True) or not hasattr(cfg, "max_length") or not data.train:
+        return
+    import polars as pl
+
+    from prefdata.checks.template_fit import check_template_fit, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(cfg.base_model)
+    except ValueError as exc:
+        raise UnusableInput(f"{method}: {exc}") from None
+    result = check_template_fit(pl.DataFrame(data.train), tokenizer, max_length=cfg.max_length, chat_template=False)
+    if result.status == "fail":
+        raise GateFailed(f"{method}: template_fit fails on {data.ref}: {result.message}: raise max_length, shorten the "
+                         f"pairs, or set check_template: false in the config to train anyway")
+
+
 def config_record(config: Any) -> dict[str, Any]:
     """The config as plain data for the card. TrainingArguments.to_dict() already masks hub tokens;
     any other field named like a secret is dropped all the same."""
@@ -258,13 +311,10 @@ def lora_config(mix: MixConfig, task_type: str = "CAUSAL_LM"):
 
 def rule_reward(spec: str) -> Callable:
     """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
-    import importlib
+    from prefdata.targets import load_target
 
-    module, _, name = spec.partition(":")
-    try:
-        verifier = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UnusableInput(f"rewards: rule:{spec} cannot be loaded ({exc}); give rule:module:function") from None
+    verifier = load_target(spec, what="rewards: rule")
+    name = spec.partition(":")[2]
 
     def reward(prompts, completions, completion_ids=None, **_):
         return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
@@ -319,13 +369,9 @@ def check_reward_models(rewards: list[str], min_accuracy: float | None) -> None:
 def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | None:
     if not spec:
         return None
-    import importlib
+    from prefdata.targets import load_target
 
-    module, _, name = spec.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise UnusableInput(f"evaluator {spec!r} cannot be loaded ({exc}); give 'module:function'") from None
+    return load_target(spec, what="evaluator")
 
 
 def _completion_logps(model, tokenizer, examples: list[tuple[str, str]], batch_size: int = 32):

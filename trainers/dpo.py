@@ -16,32 +16,19 @@ from typing import Callable
 from trl import DPOConfig, DPOTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import (
-    MixConfig,
-    RunDefaults,
-    Timer,
-    TrainingData,
-    evaluate_model,
-    lora_config,
-    sft_batch_size,
-    sft_pool,
-    train_and_measure,
-)
+from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData
+from prefdata.trainers.common import evaluate_model, lora_config, sft_batch_size, sft_pool, train_and_measure
 from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, with_sft_mix
 
 
 @dataclass
-class DPOTrainConfig(RunDefaults, DPOConfig, MixConfig):
+class DPOTrainConfig(RunDefaults, PairTrainDefaults, DPOConfig, MixConfig):
     """TRL's DPOConfig plus prefdata's mixing, LoRA and evaluation fields (MixConfig)."""
 
     loss_type: list[str] = field(default_factory=lambda: ["sigmoid", "sft"], metadata={"help": "TRL DPO loss types, combined with loss_weights."})
     loss_weights: list[float] | None = field(default_factory=lambda: [1.0, 1.0], metadata={"help": "One weight per loss type."})
     beta: float = field(default=0.1, metadata={"help": "KL strength of DPO's implicit reward."})
-    learning_rate: float = field(default=5e-4, metadata={"help": "LoRA learning rate."})
-    max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
-    max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
     def __post_init__(self):
         super().__post_init__()

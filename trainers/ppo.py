@@ -28,8 +28,9 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
+from prefdata.reward_scoring import RewardModelScorer, reward_text
 from prefdata.trainers.guards import GuardTripped
 
 Reward = Callable[[list[str], list[str]], list[float]]
@@ -43,10 +44,12 @@ class KLBoundExceeded(GuardTripped):
 class PPOConfig:
     # Defaults measured on the demo world (bench/RESULTS.md, "PPO"): a 1M-parameter Llama, a 0/1
     # verifier reward, 4-character answers. A real model wants a lower lr (seed: 5e-6 - 1e-5).
-    lr: float = field(default=2e-4, metadata={"help": "AdamW learning rate for the LoRA adapter and the value head."})
-    steps: int = field(default=60, metadata={"help": "PPO steps (rollout + update rounds)."})
-    batch_size: int = field(default=64, metadata={"help": "Prompts sampled per step (one completion each)."})
-    mini_batch_size: int = field(default=16, metadata={"help": "Rollouts per optimizer update; must divide batch_size."})
+    # Names as TRL's configs spell them (learning_rate, max_steps, per_device_train_batch_size), so a
+    # field means the same in every method's YAML; the old names are refused with the new one (RENAMED).
+    learning_rate: float = field(default=2e-4, metadata={"help": "AdamW learning rate for the LoRA adapter and the value head."})
+    max_steps: int = field(default=60, metadata={"help": "PPO steps (rollout + update rounds)."})
+    per_device_train_batch_size: int = field(default=64, metadata={"help": "Prompts sampled per step (one completion each)."})
+    mini_batch_size: int = field(default=16, metadata={"help": "Rollouts per optimizer update; must divide per_device_train_batch_size."})
     ppo_epochs: int = field(default=2, metadata={"help": "Passes over each step's rollouts."})
     gamma: float = field(default=1.0, metadata={"help": "Discount; 1.0 since a response is one episode (seed 2, 3.3)."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda: 0 = one-step TD, 1 = Monte Carlo."})
@@ -74,13 +77,17 @@ class PPOConfig:
     seed: int = field(default=0, metadata={"help": "Seeds prompt order, sampling and the value head."})
     activation_checkpointing: bool = field(default=False, metadata={"help": "Recompute each layer's activations in the backward pass instead of keeping them: less memory per update (they dominate once the base is shared), a slower update."})
 
+    RENAMED: ClassVar[dict[str, str]] = {"lr": "learning_rate", "steps": "max_steps",
+                                         "batch_size": "per_device_train_batch_size"}
+
     def __post_init__(self) -> None:
-        for name in ("lr", "steps", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "temperature",
+        for name in ("learning_rate", "max_steps", "per_device_train_batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "temperature",
                      "target_kl", "kl_horizon", "lora_r", "clip_range", "clip_range_value", "max_grad_norm"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.batch_size % self.mini_batch_size:
-            raise ValueError(f"mini_batch_size ({self.mini_batch_size}) must divide batch_size ({self.batch_size})")
+        if self.per_device_train_batch_size % self.mini_batch_size:
+            raise ValueError(f"mini_batch_size ({self.mini_batch_size}) must divide per_device_train_batch_size "
+                             f"({self.per_device_train_batch_size})")
         for name in ("gamma", "lam"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -94,40 +101,6 @@ class PPOConfig:
 
 
 # --- the reward ----------------------------------------------------------------------------------
-
-class RewardModelScorer:
-    """A sequence-classification reward model folder, loaded once, frozen, scoring prompt + completion.
-
-    Text is `prompt + completion + eos`, the layout TRL's RewardTrainer trains on for non-chat data;
-    the model pools its score at the last non-pad token.
-    """
-
-    def __init__(self, path: str | Path, device, batch_size: int = 64):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.tokenizer.padding_side = "right"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).to(device).eval()
-        self.model.requires_grad_(False)
-        if self.model.config.pad_token_id is None:
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.device, self.batch_size = device, batch_size
-
-    def __call__(self, prompts: list[str], completions: list[str]) -> list[float]:
-        import torch
-
-        eos = self.tokenizer.eos_token or ""
-        texts = [p + c + eos for p, c in zip(prompts, completions)]
-        scores: list[float] = []
-        with torch.no_grad():
-            for i in range(0, len(texts), self.batch_size):
-                enc = self.tokenizer(texts[i : i + self.batch_size], return_tensors="pt", padding=True).to(self.device)
-                scores += self.model(**enc).logits[:, 0].float().tolist()
-        return scores
-
 
 REWARD_ADAPTER = "reward"  # the reward model's LoRA adapter on the policy's base (the policy's is "default")
 
@@ -207,8 +180,8 @@ class RewardAdapterScorer:
     def __call__(self, prompts: list[str], completions: list[str]) -> list[float]:
         import torch
 
-        eos = self.tokenizer.eos_token or ""
-        texts = [p + c + eos for p, c in zip(prompts, completions)]
+        # TRL's RewardTrainer text, eos appended once (prefdata.reward_scoring): what the adapter was trained on.
+        texts = [reward_text(p, c, self.tokenizer.eos_token or "") for p, c in zip(prompts, completions)]
         backbone = self.model.get_base_model()
         backbone = getattr(backbone, backbone.base_model_prefix)  # e.g. LlamaModel: the LoRA layers live in it
         scores: list[float] = []
@@ -240,7 +213,7 @@ def _reward_fn(reward: Reward | str | Path, device, model=None, base_model: str 
     adapter = reward_adapter_dir(path, base_model) if model is not None and base_model is not None else None
     if adapter is not None:
         return RewardAdapterScorer(model, path, adapter)
-    return RewardModelScorer(path, device)
+    return RewardModelScorer(path, device=device, batch_size=64)
 
 
 # --- models --------------------------------------------------------------------------------------
@@ -456,7 +429,7 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
           sft_examples: Sequence[tuple[str, str]] | None = None,
           callbacks: Sequence[Callable[[int, dict], None]] = (), log: Callable[[str], None] | None = None
           ) -> list[dict]:
-    """`config.steps` PPO steps on a loaded policy, in place; returns the per-step metrics."""
+    """`config.max_steps` PPO steps on a loaded policy, in place; returns the per-step metrics."""
     import torch
 
     from prefdata.trainers.ppo_math import AdaptiveKLController, FixedKLController
@@ -466,26 +439,26 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
     log = log or (lambda _msg: None)
     device = value_head.weight.device
     params = [p for p in model.parameters() if p.requires_grad] + list(value_head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     kl_ctl = (AdaptiveKLController(config.init_kl_coef, config.target_kl, config.kl_horizon) if config.adaptive_kl
               else FixedKLController(config.init_kl_coef))
     per_minibatch = math.ceil(config.sft_ratio * config.mini_batch_size) if sft_examples else 0
     sft_batches = _sft_stream(tokenizer, sft_examples, per_minibatch, config.seed, device)
-    batches = _prompt_batches(list(prompts), config.batch_size, config.seed)
+    batches = _prompt_batches(list(prompts), config.per_device_train_batch_size, config.seed)
     generator = torch.Generator().manual_seed(config.seed)  # minibatch order
     torch.manual_seed(config.seed)  # sampling
     history: list[dict] = []
-    for step in range(config.steps):
+    for step in range(config.max_steps):
         t0 = time.perf_counter()
         kl_coef = kl_ctl.value
         batch = rollout(model, value_head, tokenizer, next(batches), reward, kl_coef, config, device)
         losses = ppo_update(model, value_head, optimizer, batch, config, sft_batches, generator, device)
         kl = float(batch["kl"].mean())
-        kl_ctl.update(kl, config.batch_size)
+        kl_ctl.update(kl, config.per_device_train_batch_size)
         metrics = {
             "step": step,
             "reward_mean": float(batch["scores"].mean()),
-            "reward_std": float(batch["scores"].std()) if config.batch_size > 1 else 0.0,
+            "reward_std": float(batch["scores"].std()) if config.per_device_train_batch_size > 1 else 0.0,
             "kl": kl,
             "kl_coef": kl_coef,
             "rollout_entropy": float(batch["entropy"]),
@@ -503,7 +476,7 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
             cb(step, metrics)
         if config.max_kl is not None and kl > config.max_kl:
             raise KLBoundExceeded(f"step {step}: KL {kl:.3g} nats per response is above max_kl {config.max_kl:g}; "
-                                  f"lower lr, or raise init_kl_coef / lower target_kl", history=history)
+                                  f"lower learning_rate, or raise init_kl_coef / lower target_kl", history=history)
     return history
 
 

@@ -2,7 +2,7 @@
 
 Its output serves the label-direction check (`prefdata check --scorer rm:DIR`), GRPO (`rewards:
 [rm:DIR]`) and PPO. The held-out figure is pairwise accuracy: the share of held-out pairs whose chosen
-side it scores higher, through prefdata.judging.RewardModelJudge, the same scorer the checks use.
+side it scores higher, through prefdata.reward_scoring.RewardModelScorer, the scorer the checks and PPO use.
 A reward model is not a policy, so nothing is mixed in: there is no generation skill to tax.
 """
 
@@ -15,18 +15,11 @@ from typing import Callable
 from trl import RewardConfig, RewardTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import (
-    MixConfig,
-    RunDefaults,
-    Timer,
-    TrainingData,
-    lora_config,
-    train_and_measure,
-)
+from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData, lora_config, train_and_measure
 
 
 @dataclass
-class RMTrainConfig(RunDefaults, RewardConfig, MixConfig):
+class RMTrainConfig(RunDefaults, PairTrainDefaults, RewardConfig, MixConfig):
     """TRL's RewardConfig plus prefdata's LoRA fields (MixConfig; its SFT mixing fields do not apply)."""
 
     learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate (LoRA and the new score head)."})
@@ -34,8 +27,6 @@ class RMTrainConfig(RunDefaults, RewardConfig, MixConfig):
     # unfit (loss 0.70 -> 0.64, train pairwise accuracy 0.64, held-out 0.45: below chance); 300 fit it
     # (loss -> 0.23, train 0.89, held-out 0.69). bench/RESULTS.md, "rm defaults".
     max_steps: int = field(default=300, metadata={"help": "Optimizer steps."})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "Pairs per step and device."})
-    max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
     sft_ratio: float = field(default=0.0, metadata={"help": "Not used by rm (a reward model has no generation to protect)."})
 
 
@@ -45,19 +36,18 @@ CHANCE = 0.5  # a coin ranks half the held-out pairs right
 def pairwise_accuracy(model_dir: Path | str, pairs: list[dict[str, str]]) -> float | None:
     """Share of pairs whose chosen side the reward model scores strictly higher.
 
-    Each side is scored as TRL's RewardTrainer trained it on non-chat data: prompt + completion + eos,
-    the score read at the eos token. Without the eos the score is read at the answer's last token,
-    where the head was never trained (on the demo version: train pairs ranked right 0.53 against 0.65)."""
-    from transformers import AutoTokenizer
-
-    from prefdata.judging import PairToJudge, RewardModelJudge
+    Each side is scored as TRL's RewardTrainer trained it on non-chat data, by the one shared scorer
+    (prefdata.reward_scoring): prompt + completion + eos (appended once), the score read at the eos
+    token. Without the eos the score is read at the answer's last token, where the head was never
+    trained (on the demo version: train pairs ranked right 0.53 against 0.65)."""
+    from prefdata.reward_scoring import RewardModelScorer
 
     if not pairs:
         return None
-    eos = AutoTokenizer.from_pretrained(model_dir).eos_token or ""
-    verdicts = RewardModelJudge(model_dir).judge([PairToJudge(p["prompt"], p["chosen"] + eos, p["rejected"] + eos)
-                                                  for p in pairs])
-    return sum(v.label == "a" for v in verdicts) / len(pairs)
+    scorer = RewardModelScorer(model_dir)
+    prompts = [p["prompt"] for p in pairs]
+    chosen, rejected = scorer(prompts, [p["chosen"] for p in pairs]), scorer(prompts, [p["rejected"] for p in pairs])
+    return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
 
 
 def chance_warning(accuracy: float | None, n_eval: int, n_train: int) -> str | None:

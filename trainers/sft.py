@@ -16,27 +16,15 @@ from trl import SFTConfig, SFTTrainer
 
 from prefdata.errors import UnusableInput
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import (
-    MixConfig,
-    RunDefaults,
-    Timer,
-    TrainingData,
-    evaluate_model,
-    lora_config,
-    read_sft_file,
-    train_and_measure,
-)
+from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData
+from prefdata.trainers.common import evaluate_model, lora_config, read_sft_file, train_and_measure
 
 
 @dataclass
-class SFTTrainConfig(RunDefaults, SFTConfig, MixConfig):
+class SFTTrainConfig(RunDefaults, PairTrainDefaults, SFTConfig, MixConfig):
     """TRL's SFTConfig plus prefdata's mixing, LoRA and evaluation fields."""
 
-    learning_rate: float = field(default=5e-4, metadata={"help": "LoRA learning rate."})
-    max_steps: int = field(default=100, metadata={"help": "Optimizer steps."})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "Examples per step and device."})
     completion_only_loss: bool | None = field(default=True, metadata={"help": "Loss on the completion only."})
-    max_length: int | None = field(default=256, metadata={"help": "Truncate prompt+completion to this many tokens."})
 
 
 def training_examples(cfg: SFTTrainConfig, data: TrainingData) -> list[tuple[str, str]]:
