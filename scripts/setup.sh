@@ -9,9 +9,22 @@ stamp=.venv/.prefdata-installed
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ "$stamp" -nt constraints.txt ]; then
   exit 0
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+# pip's own chatter (index warnings, build back-end notices) goes to a log, not the terminal; on a
+# failure its last lines are shown.
+log=.venv/setup.log
+echo "setting up .venv (pinned packages; log: $log)"
+install() {
+  if ! .venv/bin/python -m pip install -q "$@" >>"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "setup failed: pip install $* (full log: $log)" >&2
+    exit 1
+  fi
+}
+: >"$log"
+install --upgrade pip
 # torch first, pinned: this version is a CPU build here; an unpinned torch pulls a multi-GB CUDA
 # build. A GPU user who already has torch in the venv keeps it.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+.venv/bin/python -c "import torch" 2>/dev/null || install "torch==2.13.0"
+install -c constraints.txt -e ".[dev]"
 touch "$stamp"
+echo "set up .venv"
