@@ -16,6 +16,18 @@ DEFAULT_MIN_AGREEMENT = 0.6
 VERDICTS = ("chosen", "rejected", "tie")
 
 
+def longer_wins(pairs: pl.DataFrame) -> float | None:
+    """How often simply picking the longer response matches the label: the share of pairs whose
+    chosen side is longer (in characters), among pairs whose sides differ in length. The baseline a
+    scorer's agreement should beat (RewardBench users compute it by hand); None when no pair has
+    sides of different lengths."""
+    if pairs.height == 0 or not {"chosen", "rejected"} <= set(pairs.columns):
+        return None
+    c, r = pl.col("chosen").fill_null("").str.len_chars(), pl.col("rejected").fill_null("").str.len_chars()
+    counts = pairs.select(longer=(c > r).sum(), shorter=(c < r).sum()).row(0)
+    return counts[0] / (counts[0] + counts[1]) if counts[0] + counts[1] else None
+
+
 def check_label_direction(
     pairs: pl.DataFrame, verdicts: pl.DataFrame | None, min_agreement: float = DEFAULT_MIN_AGREEMENT
 ) -> CheckResult:
@@ -32,7 +44,10 @@ def check_label_direction(
         return skip(CHECK_ID, f"the scorer decided none of the {scored.height} pairs it saw", min_agreement)
     agreement = float((decided["preferred"] == "chosen").mean())
     against = decided.filter(pl.col("preferred") == "rejected")["id"].to_list()
+    # over the same decided pairs as the agreement, so the two figures compare
+    baseline = longer_wins(pairs.join(decided.select("id"), on="id", how="semi"))
     details = {
+        "longer_wins": baseline,
         "n_scored": scored.height,
         "n_decided": decided.height,
         "n_ties": int((scored["preferred"] == "tie").sum()),
@@ -46,5 +61,7 @@ def check_label_direction(
                    f"of {decided.height} decided pairs")
     else:
         message = f"the scorer prefers chosen in only {agreement:.1%} of {decided.height} decided pairs"
+    if baseline is not None:
+        message += f"; picking the longer response would match the labels in {baseline:.1%}"
     status = "pass" if agreement >= min_agreement else "fail"
     return CheckResult(CHECK_ID, status, agreement, min_agreement, tuple(against), message, details)
