@@ -2,6 +2,9 @@
 
 Checks are pure functions; this module is the one place that knows which input each needs, turns
 a crash inside one check into an `error` result (never a crashed run), and decides the gate.
+Results always come in registry order, whatever order the checks run in: the GX suite runs on a
+thread beside the others (BACKGROUND), near_duplicates before exact_duplicates (RUN_FIRST), which
+reuses the row hashes it leaves in CheckInputs.derived.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,9 @@ class CheckInputs:
     lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
     rows_read: int | None = None                # rows read from them (default: the pairs given)
     tokenizer: Any = None                       # the trainer's tokenizer, loaded (--tokenizer): template_fit
+    # what one check computes from `pairs` and another reuses (the normalised texts' row hashes:
+    # checks/dedup.py EXACT_KEYS); filled during a run, keyed by what made it, never read by the gate
+    derived: dict[str, Any] = field(default_factory=dict)
 
 
 def lost_for(inputs: CheckInputs, check_id: str) -> pl.DataFrame | None:
@@ -159,8 +165,8 @@ def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], d
         "min_size": (structure.check_min_size, lambda i: {"pairs": i.pairs}),
         "sft_subset": (structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft}),
         "annotation_guidelines": (structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text}),
-        "exact_duplicates": (dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs}),
-        "near_duplicates": (dedup.check_near_duplicates, lambda i: {"pairs": i.pairs}),
+        "exact_duplicates": (dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived}),
+        "near_duplicates": (dedup.check_near_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived}),
         "degenerate_pairs": (structure.check_degenerate_pairs,
                              lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
                                         "lost": lost_for(i, "degenerate_pairs")}),
@@ -209,10 +215,14 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
     return config
 
 
+# Data arguments with a default that are not tunable: the runner binds them, a config may not set them.
+BOUND = ("derived",)
+
+
 def _parameters(function: Callable[..., Any]) -> dict[str, Any]:
     """The tunable parameters of a check (those with defaults), with their defaults."""
     return {n: p.default for n, p in inspect.signature(function).parameters.items()
-            if p.default is not inspect.Parameter.empty}
+            if p.default is not inspect.Parameter.empty and n not in BOUND}
 
 
 def _check_type(path: Any, check_id: str, name: str, value: Any, default: Any) -> None:
@@ -244,28 +254,61 @@ def _check_range(path: Any, check_id: str, name: str, value: Any) -> None:
         raise UnusableInput(f"{where} is not allowed; choose one of {', '.join(choices)}")
 
 
+# Checks run on a thread beside the others. The GX suite spends its time in great_expectations'
+# own Python (its import alone is 3-6 s, its checkpoint a few more) while the other checks spend
+# theirs in polars and numpy, which release the GIL: on two cores the two overlap almost fully.
+BACKGROUND = ("gx",)
+# Checks run before the others (results still come in registry order): near_duplicates hashes the
+# normalised texts for exact_duplicates in the pass it makes anyway (CheckInputs.derived).
+RUN_FIRST = ("near_duplicates",)
+
+
+def _run_one(check_id: str, function: Callable[..., Any], bind: Callable[[CheckInputs], dict[str, Any]],
+             params: dict[str, Any], inputs: CheckInputs) -> list[CheckResult]:
+    started = time.perf_counter()
+    try:
+        produced = function(**bind(inputs), **params)
+    except Exception as exc:  # one broken check reports an error; the others still run
+        produced = CheckResult(check_id, "error", message=f"{type(exc).__name__}: {exc}".splitlines()[0])
+    seconds = round(time.perf_counter() - started, 3)
+    produced = produced if isinstance(produced, list) else [produced]
+    for result in produced:
+        result.details.setdefault("seconds", seconds)
+    return produced
+
+
 def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
-                  only: list[str] | None = None) -> list[CheckResult]:
+                  only: list[str] | None = None, background: tuple[str, ...] = BACKGROUND) -> list[CheckResult]:
+    """Every check (or those in `only`) in registry order; the checks in `background` run on one
+    thread beside the others (same results, same order: tests/test_checklist.py)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     config = config or default_config()
-    results: list[CheckResult] = []
-    for check_id, (function, bind) in _registry().items():
-        if only is not None and check_id not in only:
-            continue
-        params = dict(config["checks"].get(check_id) or {})
-        reason = params.pop("waive", None)
-        if reason:
-            results.append(CheckResult(check_id, "skip", message=f"waived: {reason}", details={"waived": True}))
-            continue
-        started = time.perf_counter()
-        try:
-            produced = function(**bind(inputs), **params)
-        except Exception as exc:  # one broken check reports an error; the others still run
-            produced = CheckResult(check_id, "error", message=f"{type(exc).__name__}: {exc}".splitlines()[0])
-        seconds = round(time.perf_counter() - started, 3)
-        for result in produced if isinstance(produced, list) else [produced]:
-            result.details.setdefault("seconds", seconds)
-            results.append(result)
-    return results
+    planned: list[Any] = []  # per check, in registry order: its results, a Future of them, or what runs it
+    pool: ThreadPoolExecutor | None = None
+    try:
+        for check_id, (function, bind) in _registry().items():
+            if only is not None and check_id not in only:
+                continue
+            params = dict(config["checks"].get(check_id) or {})
+            reason = params.pop("waive", None)
+            if reason:
+                planned.append([CheckResult(check_id, "skip", message=f"waived: {reason}", details={"waived": True})])
+            elif check_id in background:
+                pool = pool or ThreadPoolExecutor(1, thread_name_prefix="checklist")
+                planned.append(pool.submit(_run_one, check_id, function, bind, params, inputs))
+            else:  # run below, once every background check has started
+                planned.append((check_id, function, bind, params))
+        waiting = [k for k, item in enumerate(planned) if isinstance(item, tuple)]
+        for k in sorted(waiting, key=lambda k: planned[k][0] not in RUN_FIRST):  # stable: registry order
+            planned[k] = _run_one(*planned[k], inputs)
+        results: list[CheckResult] = []
+        for item in planned:
+            results.extend(item.result() if isinstance(item, Future) else item)
+        return results
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def strictly(results: list[CheckResult]) -> list[CheckResult]:

@@ -16,7 +16,10 @@ seconds, not minutes. The pipeline:
    normalised (and, for whole pairs, joined) a block of rows (BLOCK_BYTES) at a time and hashed
    there (64-bit hash for exact duplicates, signatures below), so a normalised copy of a whole
    column is never held; rows whose hashes match are compared on their real texts, and the few
-   texts verification needs are normalised again.
+   texts verification needs are normalised again. Within a block each distinct text is normalised
+   once (`_normalise_reused`: replies shared by sibling pairs, canned refusals). In a checklist run
+   the exact check reuses this pass: `check_near_duplicates` hashes the normalised blocks for it
+   too (`derived`, EXACT_KEYS), and hash-equal rows whose raw texts are equal need no comparison.
 2. Shingles: byte n-grams (default 5) of the UTF-8 normalised text. Character 5-grams rather than
    word 3-grams because prompts are short: a 200-character prompt has ~196 character 5-grams but
    only ~30 word 3-grams, so with word shingles one changed word moves the Jaccard by ~0.1 and a
@@ -105,6 +108,7 @@ SCREEN_SIGMAS = 6.0
 SCREEN_MIN_BYTES_PER_VALUE = 2
 MAX_SAMPLE_CLUSTERS = 20
 MAX_SAMPLE_MEMBERS = 20
+MAX_EXAMPLES = 3  # offending rows named with the row they repeat, in details["examples"]
 
 _EMPTY = np.uint32(0xFFFFFFFF)
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -163,6 +167,24 @@ def _row_blocks(columns: Sequence[pl.Series], block_bytes: int | None = None) ->
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
+# Normalise each distinct text of a block once when at most this share of its rows are distinct.
+REUSE_SHARE = 0.8
+
+
+def _normalise_reused(texts: pl.Series) -> pl.Series:
+    """`normalise_series`, with each distinct text normalised once and gathered back to its rows:
+    preference data reuses text (a chosen reply shared by sibling pairs, a prompt by its pairs,
+    canned refusals), and finding the copies (one hash pass) costs far less than normalising them.
+    A column with little reuse is normalised row by row, as before."""
+    texts = texts.cast(pl.String)
+    first = (pl.DataFrame({"t": texts}).with_row_index("i")
+             .select(pl.col("i").min().over("t")).to_series().to_numpy())
+    distinct = np.flatnonzero(first == np.arange(first.size))
+    if distinct.size > REUSE_SHARE * first.size:
+        return normalise_series(texts)
+    return normalise_series(texts.gather(distinct)).gather(np.searchsorted(distinct, first)).alias(texts.name)
+
+
 class _Texts:
     """The texts of some string columns, normalised (`normalise_series`) or only null-filled, made
     on demand for a block or a selection of rows, so that a whole normalised copy of the columns is
@@ -178,9 +200,9 @@ class _Texts:
         if not self.normalise:
             return [c.fill_null("") for c in raw]
         if len(raw) == 1:
-            return [normalise_series(raw[0])]
+            return [_normalise_reused(raw[0])]
         with ThreadPoolExecutor(len(raw)) as pool:  # polars releases the GIL: columns in parallel
-            return list(pool.map(normalise_series, raw))
+            return list(pool.map(_normalise_reused, raw))
 
     def parts(self, rows: np.ndarray | tuple[int, int]) -> list[pl.Series]:
         """The prepared columns at `rows`: an index array, or a (start, stop) range."""
@@ -189,7 +211,10 @@ class _Texts:
         return self._prepare([c.gather(rows) for c in self.columns])
 
     def text(self, rows: np.ndarray | tuple[int, int]) -> pl.Series:
-        parts = self.parts(rows)
+        return self.join(self.parts(rows))
+
+    @staticmethod
+    def join(parts: list[pl.Series]) -> pl.Series:
         if len(parts) == 1:
             return parts[0]
         frame = pl.DataFrame({f"c{i}": c for i, c in enumerate(parts)})
@@ -199,13 +224,34 @@ class _Texts:
         return _row_blocks(self.columns)
 
 
+def _raw_differ(texts: _Texts, rows: np.ndarray, reps: np.ndarray) -> np.ndarray:
+    """Per row: do its raw texts differ from its representative's in some column? Raw-equal rows are
+    equal once prepared too, so only the others need preparing (reused text: most of them)."""
+    differ = np.zeros(rows.size, dtype=bool)
+    for column in texts.columns:
+        differ |= ~column.gather(rows).eq_missing(column.gather(reps)).to_numpy()
+    return differ
+
+
 def _same_texts(texts: _Texts) -> Callable[[np.ndarray, np.ndarray], bool]:
     """A `same` for `_first_occurrence_blocked`: rows equal their representatives in every column."""
 
     def same(rows: np.ndarray, reps: np.ndarray) -> bool:
+        differ = _raw_differ(texts, rows, reps)
+        rows, reps = rows[differ], reps[differ]
         return all(bool((x == y).all()) for x, y in zip(texts.parts(rows), texts.parts(reps)))
 
     return same
+
+
+# `derived` (CheckInputs.derived: one dict per checklist run) key under which check_near_duplicates
+# leaves the exact check's row hashes, made in its own normalisation pass: (pairs, prompt_key, pair_key)
+EXACT_KEYS = "dedup.exact_keys"
+
+
+def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
+    """The exact check's hashes of a block's normalised (prompt, chosen, rejected): prompt, whole pair."""
+    return _hash_key(parts[:1]), _hash_key(parts)
 
 
 def _first_occurrence_blocked(key: np.ndarray, same: Callable[[np.ndarray, np.ndarray], bool],
@@ -236,6 +282,7 @@ def check_exact_duplicates(
     *,
     max_share: float = DEFAULT_MAX_SHARE,
     fail_on_repeated_prompts: bool = False,
+    derived: dict | None = None,
 ) -> CheckResult:
     """Repeated pairs (same normalised prompt, chosen and rejected) and repeated prompts.
 
@@ -243,6 +290,9 @@ def check_exact_duplicates(
     of each repeated-prompt group when `fail_on_repeated_prompts`. Several pairs per prompt with
     different responses are normal in preference data, so repeated prompts are only reported in
     `details` by default. Metric: offending rows / rows; fails when above `max_share`.
+
+    `derived`: the checklist run's shared dict; when check_near_duplicates already hashed this very
+    frame's normalised texts there (EXACT_KEYS), those hashes are used (same results, one pass less).
     """
     check_id = "exact_duplicates"
     missing = _missing(pairs, ("id", "prompt", "chosen", "rejected"))
@@ -254,20 +304,22 @@ def check_exact_duplicates(
     # normalised in blocks: only 64-bit hashes of the texts are kept, and rows whose hashes match an
     # earlier row's are compared again on their real texts
     texts = _Texts([pairs["prompt"], pairs["chosen"], pairs["rejected"]])
-    prompt_key = np.empty(pairs.height, dtype=np.uint64)
-    pair_key = np.empty(pairs.height, dtype=np.uint64)
-    for a, b in texts.blocks():
-        p, c, r = texts.parts((a, b))
-        prompt_key[a:b] = _hash_key([p])
-        pair_key[a:b] = _hash_key([p, c, r])
-        del p, c, r
+    shared = (derived or {}).get(EXACT_KEYS)
+    if shared is not None and shared[0] is pairs:
+        prompt_key, pair_key = shared[1].copy(), shared[2].copy()
+    else:
+        prompt_key = np.empty(pairs.height, dtype=np.uint64)
+        pair_key = np.empty(pairs.height, dtype=np.uint64)
+        for a, b in texts.blocks():
+            prompt_key[a:b], pair_key[a:b] = _exact_keys(texts.parts((a, b)))
 
     rows = np.arange(pairs.height)
     everything = (0, pairs.height)
     prompts = _Texts(texts.columns[:1])
     prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts(everything))
     del prompt_key
-    dup_pair = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything)) != rows
+    pair_first = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything))
+    dup_pair = pair_first != rows
     del pair_key
     dup_prompt = prompt_first != rows
     offending_mask = dup_pair | dup_prompt if fail_on_repeated_prompts else dup_pair
@@ -285,6 +337,10 @@ def check_exact_duplicates(
         "n_duplicate_prompts": n_dup_prompts,
         "n_repeated_prompt_groups": int(_sorted_unique(prompt_first[dup_prompt]).size),
         "fail_on_repeated_prompts": fail_on_repeated_prompts,
+        # the first few offending rows, each with the row it repeats (the report shows them side by side)
+        "examples": [{"id": str(pairs["id"][int(i)]),
+                      "duplicate_of": str(pairs["id"][int(pair_first[i] if dup_pair[i] else prompt_first[i])])}
+                     for i in np.flatnonzero(offending_mask)[:MAX_EXAMPLES]],
     }
     message = (
         f"{n_dup_pairs} repeated pair(s) and {n_dup_prompts} repeated prompt(s) "
@@ -759,6 +815,12 @@ class _Screen:
         return (equal >= self.min_equal - 1e-12) | ~(self.screenable[a] & self.screenable[b])
 
 
+def _same_joined(texts: _Texts, rows: np.ndarray, reps: np.ndarray) -> bool:
+    """Are the joined prepared texts of `rows` equal to those of `reps`? (raw-equal rows are)"""
+    differ = _raw_differ(texts, rows, reps)
+    return bool((texts.text(rows[differ]) == texts.text(reps[differ])).all())
+
+
 def _find_near_duplicates(
     texts: _Texts,
     *,
@@ -768,11 +830,13 @@ def _find_near_duplicates(
     seed: int,
     bands_rows: tuple[int, int],
     n_threads: int | None,
+    on_block: Callable[[int, int, list[pl.Series]], None] | None = None,
 ) -> NearDuplicates:
     """`find_near_duplicates` over `texts.text(...)` (one text per row). The texts are made and
     hashed a block of rows at a time (`_Texts.blocks`), so at no point are all of them in memory:
     only their 64-bit hashes and band keys are kept, and the few texts that verification needs are
-    made again."""
+    made again. `on_block(a, b, parts)` sees each block's prepared columns (rows a..b-1), so a caller
+    can hash them for another use without preparing them again."""
     bands, rows = bands_rows
     n = texts.n
     if n == 0:
@@ -792,7 +856,11 @@ def _find_near_duplicates(
         sketch = np.empty((n, num_perm), dtype=np.uint8)
         screenable = np.empty(n, dtype=bool)
         for a, b in texts.blocks():
-            block = texts.text((a, b))
+            parts = texts.parts((a, b))
+            if on_block is not None:
+                on_block(a, b, parts)
+            block = texts.join(parts)
+            del parts
             key[a:b] = _hash_key([block], seed)
             data, offsets = _texts_buffer(block)
             del block
@@ -816,7 +884,7 @@ def _find_near_duplicates(
         # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
         # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
         exact = _first_occurrence_blocked(
-            key, lambda r, e: bool((texts.text(r) == texts.text(e)).all()), lambda: [texts.text((0, n))]
+            key, lambda r, e: _same_joined(texts, r, e), lambda: [texts.text((0, n))]
         )
         del key
         first_rows = np.nonzero(exact == np.arange(n))[0]
@@ -877,6 +945,7 @@ def check_near_duplicates(
     *,
     max_share: float = DEFAULT_MAX_SHARE,
     seed: int = 0,
+    derived: dict | None = None,
 ) -> CheckResult:
     """Near-duplicate whole pairs (scope="pair": prompt, chosen and rejected) or prompts alone
     (scope="prompt"). Pairs is the default because several pairs per prompt is normal preference
@@ -886,6 +955,9 @@ def check_near_duplicates(
     (transitively); every member after the first of each cluster is offending. Metric: offending
     rows / rows; fails when above `max_share` (the `threshold` argument is the Jaccard, recorded in
     details with the LSH parameters).
+
+    `derived`: the checklist run's shared dict; with scope="pair", the normalised texts this check
+    makes anyway are also hashed for check_exact_duplicates and left there (EXACT_KEYS).
     """
     check_id = "near_duplicates"
     if scope not in ("prompt", "pair"):
@@ -899,10 +971,20 @@ def check_near_duplicates(
 
     # the normalised prompt, or prompt, chosen and rejected normalised and joined by "\n" (normalised
     # text has no newlines, so it separates the three parts unambiguously); made a block at a time
+    on_block = None
+    if derived is not None and scope == "pair":
+        prompt_key = np.empty(pairs.height, dtype=np.uint64)
+        pair_key = np.empty(pairs.height, dtype=np.uint64)
+
+        def on_block(a: int, b: int, parts: list[pl.Series]) -> None:
+            prompt_key[a:b], pair_key[a:b] = _exact_keys(parts)
+
     found = _find_near_duplicates(
         _Texts([pairs[c] for c in needed[1:]]), threshold=threshold, num_perm=num_perm, ngram=ngram,
-        seed=seed, bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None,
+        seed=seed, bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None, on_block=on_block,
     )
+    if on_block is not None:
+        derived[EXACT_KEYS] = (pairs, prompt_key, pair_key)
     ids = pairs["id"].cast(pl.String)
     flagged = found.flagged
     offending = tuple(ids.filter(pl.Series(flagged)).to_list())

@@ -180,5 +180,6 @@ def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir
         results = strictly(results)
     passed = gate(results)
     report = report_json(results, passed, report_dir)  # names the complete offending lists written below
-    written = write_reports(results, report_dir, plots_for(inputs, results), title) if report_dir else {}
+    written = (write_reports(results, report_dir, plots_for(inputs, results), title, pairs=inputs.pairs)
+               if report_dir else {})  # the pairs: report.html shows failing checks' example pairs
     return GateOutcome(passed, results, report, written)

@@ -88,6 +88,9 @@ def test_config_errors_name_the_problem(tmp_path):
     bad.write_text("checks:\n  length_ratio: {max_ration: 3}\n")
     with pytest.raises(UnusableInput, match="no parameter max_ration"):
         load_config(bad)
+    bad.write_text("checks:\n  exact_duplicates: {derived: {}}\n")  # bound by the runner, not a setting
+    with pytest.raises(UnusableInput, match="no parameter derived"):
+        load_config(bad)
     bad.write_text("checks:\n  length_ratio: {max_ratio: two}\n")
     with pytest.raises(UnusableInput, match="max_ratio must be a number"):
         load_config(bad)
@@ -317,3 +320,31 @@ def test_check_votes_notes_dropped_votes_on_the_terminal(tmp_path):
     out = " ".join(done.stdout.split())
     assert "note: 2 votes of" in out and "1 unknown_pair_id" in out and "1 invalid_vote" in out, done.stdout
     assert "rows of" not in out  # no data row was left out
+
+
+def test_background_checks_give_the_same_results_in_the_same_order():
+    """The GX suite runs on a thread beside the other checks (checklist.BACKGROUND): every result,
+    its order and a waiver are the same as when every check runs one after another."""
+    rows = clean_rows()
+    rows.append({**rows[0], "id": "dup-0", "prompt": rows[0]["prompt"].upper()})  # an exact duplicate
+    rows.append({**rows[1], "id": "long-1", "chosen": rows[1]["chosen"] * 5})       # a length-ratio violation
+    pairs = pl.DataFrame(rows)
+    config = load_config()
+
+    def key(results):
+        return [(r.id, r.status, r.metric, r.threshold, r.offending, r.message) for r in results]
+
+    shared = CheckInputs(pairs=pairs)
+    together = run_checklist(shared, config, background=("gx",))
+    alone = run_checklist(CheckInputs(pairs=pairs), config, background=())
+    assert key(together) == key(alone)
+    # near_duplicates ran first and left the exact check its row hashes (checks/dedup.py EXACT_KEYS)
+    from prefdata.checks.dedup import EXACT_KEYS, check_exact_duplicates
+    assert shared.derived[EXACT_KEYS][0] is pairs
+    by_id = {r.id: r for r in together}
+    assert by_id["exact_duplicates"].offending == ("dup-0",) == check_exact_duplicates(pairs).offending
+    assert [r.id for r in together if r.id.startswith("gx.")]  # GX ran, and sits where it did
+    assert any(r.id == "gx.length_ratio" and r.status == "fail" for r in together)
+    config["checks"]["gx"] = {"waive": "checked upstream"}
+    waived = [r for r in run_checklist(CheckInputs(pairs=pairs), config, background=("gx",)) if r.id == "gx"]
+    assert [r.status for r in waived] == ["skip"]

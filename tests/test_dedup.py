@@ -429,3 +429,51 @@ def test_realistic_generator_is_deterministic_and_its_truth_is_what_the_checks_f
     # three pairs share each prompt and chosen reply, and canned refusals repeat, yet no clean pair
     # is a near duplicate of its siblings
     assert len(truth["refusal_rows"]) > 200 and pairs["chosen"].n_unique() <= pairs.height // 3 + len(injected) + 60
+
+
+def test_exact_duplicates_reuse_the_hashes_near_duplicates_made(synthetic, monkeypatch):
+    """The checklist shares one normalisation pass: check_near_duplicates (scope pair) leaves the
+    exact check's row hashes in `derived`, and check_exact_duplicates uses them instead of
+    normalising every text again. Results are identical with and without the sharing, hash
+    collisions included (hash-equal rows are still compared on their texts)."""
+    from prefdata.checks import dedup
+
+    pairs = synthetic[0].head(3000)
+    variants = frame([("u0", "Ｈｅｌｌｏ\u3000Ｗｏｒｌｄ", " x ", "y"), ("u1", "hello   WORLD", "X", "Y"),
+                      ("u2", None, "", None), ("u3", "hello world", "x", "y")])
+    pairs = pl.concat([pairs.select(variants.columns), variants, pairs.head(50).select(variants.columns)])
+
+    def run(shared: bool):
+        derived: dict | None = {} if shared else None
+        near = check_near_duplicates(pairs, derived=derived)
+        if shared:
+            assert derived, "near_duplicates left nothing to share"
+        exact = check_exact_duplicates(pairs, derived=derived)
+        exact_prompts = check_exact_duplicates(pairs, fail_on_repeated_prompts=True, derived=derived)
+        return [(r.status, r.metric, r.offending, r.details) for r in (near, exact, exact_prompts)]
+
+    expected = run(False)
+    assert expected[1][1] > 0 and len(expected[1][2]) >= 53  # the copies and u1, u3 are there to find
+    assert run(True) == expected
+    real = dedup._hash_key
+    monkeypatch.setattr(dedup, "_hash_key", lambda columns, seed=0: real(columns, seed) & np.uint64(7))
+    assert run(True) == expected
+    # a frame the hashes were not made for is never given them
+    other = pairs.head(100)
+    derived: dict = {}
+    check_near_duplicates(pairs, derived=derived)
+    alone = check_exact_duplicates(other)
+    assert check_exact_duplicates(other, derived=derived).offending == alone.offending
+
+
+def test_reused_texts_normalise_to_what_each_row_normalises_to():
+    """Blocks normalise each distinct text once (shared replies, canned refusals) and gather it back:
+    the same Series as normalising every row, nulls and non-ASCII text included."""
+    from prefdata.checks import dedup
+
+    texts = ["Ｈｅｌｌｏ\u3000Ｗｏｒｌｄ", "hello   WORLD", None, "Straße", "x", "x", None, "Ｈｅｌｌｏ\u3000Ｗｏｒｌｄ"] * 50
+    texts += [f"unique text {k}" for k in range(20)]
+    series = pl.Series("t", texts, dtype=pl.String)
+    assert dedup._normalise_reused(series).equals(normalise_series(series))
+    distinct = pl.Series("t", [f"Text  {k}" for k in range(100)])  # no reuse: the plain path
+    assert dedup._normalise_reused(distinct).equals(normalise_series(distinct))
