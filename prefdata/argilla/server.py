@@ -193,7 +193,9 @@ class LocalArgilla:
         running = self.status()
         if running is not None:
             return running
-        if not _port_free(self.host, port):
+        # A server that just died (a crash, `kill`) can hold its port for a few seconds while the
+        # kernel closes the connections it was answering: wait that long before calling it taken.
+        if not _wait_port_free(self.host, port, PORT_WAIT_SECONDS):
             raise PrefdataError(f"port {port} on {self.host} is in use: stop what holds it, or start with --port PORT")
         self.ensure_venv(log)
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -231,7 +233,8 @@ class LocalArgilla:
         """SIGKILL, as a crash would: for fault tests. State files stay, as after a real crash."""
         running = self.status()
         if running is not None:
-            os.kill(running.pid, signal.SIGKILL)
+            # the whole session (start_new_session=True): no child keeps the listening socket
+            os.killpg(running.pid, signal.SIGKILL)
             _wait_gone(running.pid, 10.0)
 
 
@@ -250,6 +253,18 @@ def _write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(path, 0o600)
+
+
+PORT_WAIT_SECONDS = 15.0
+
+
+def _wait_port_free(host: str, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _port_free(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
+    return True
 
 
 def _port_free(host: str, port: int) -> bool:
