@@ -98,7 +98,8 @@ def record(name: str, args) -> dict:
         "name": name, "method": method, "expect": expect,
         "produced_by": f"bench/guard_fixtures.py --only {name} on {args.dataset} (the demo's validated version)",
         "config": {"example": f"docs/examples/{example}", "overrides": overrides, "bend": bend},
-        "rewards": values.get("rewards"),
+        # the reward specs as written, the trained reward model's folder as RUNS/... (no path of this machine)
+        "rewards": [r.replace(str(args.runs), "RUNS") for r in values.get("rewards") or []] or None,
         "stopped": message, "warnings": warnings,
         "result": {k: after.get(k) for k in ("task_accuracy", "general_accuracy", "preference_accuracy") if k in after}
                   | ({"heldout_pairwise_accuracy": metrics["heldout_pairwise_accuracy"]}
