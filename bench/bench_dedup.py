@@ -65,7 +65,8 @@ def run_datasketch(texts, threshold: float, num_perm: int, ngram: int):
     import numpy as np
     from datasketch import MinHash, MinHashLSH
 
-    from prefdata.checks.dedup import _components, normalise_series
+    from prefdata.checks.dedup import normalise_series
+    from prefdata.checks.minhash import _components
 
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
     sketches = []

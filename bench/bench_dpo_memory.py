@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.memory import status_mb  # noqa: E402
+from bench.memory import add_size_args, run_child, status_mb  # noqa: E402
 
 
 def child(root: Path, mode: str, batch: int, steps: int) -> dict:
@@ -58,10 +57,7 @@ def child(root: Path, mode: str, batch: int, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3)
+    add_size_args(parser, batch=8, steps=3)
     parser.add_argument("--child", nargs=2, metavar=("ROOT", "MODE"))
     args = parser.parse_args()
     if args.child:
@@ -74,11 +70,8 @@ def main() -> None:
         build_models(root, args.hidden, args.layers)
         results = {}
         for mode in ("adapter-off", "full-copy"):
-            out = subprocess.run([sys.executable, __file__, "--child", str(root), mode, "--batch", str(args.batch),
-                                  "--steps", str(args.steps)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-            if out.returncode:
-                raise SystemExit(out.stderr[-2000:])
-            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            results[mode] = run_child(__file__, ["--child", str(root), mode, "--batch", str(args.batch),
+                                                 "--steps", str(args.steps)], env={**os.environ, "HF_HUB_OFFLINE": "1"})
             print(json.dumps(results[mode]), flush=True)
     a, f = results["adapter-off"], results["full-copy"]
     print(f"\nmodel {a['params_millions']:.1f}M parameters (incl. LoRA), batch {args.batch}, {args.steps} steps")

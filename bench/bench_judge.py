@@ -25,7 +25,6 @@ two sections are printed separately. Figures only; no assertions.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
@@ -37,13 +36,16 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-class DelayProxy:
+from bench.http_server import LocalHTTPServer  # noqa: E402
+
+
+class DelayProxy(LocalHTTPServer):
     """Forwards each HTTP request to the real server after `delay` seconds: the round trip of a
     remote endpoint, which is what concurrency overlaps. The server behind it is unchanged."""
 
     def __init__(self, target_port: int, delay: float):
         import http.client
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -65,19 +67,7 @@ class DelayProxy:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "DelayProxy":
-        import threading
-
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def timed(base_url: str, model: str, pairs, concurrency: int, max_tokens: int, repeats: int) -> dict:
@@ -120,12 +110,12 @@ def make_pairs(n: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="a local chat model folder (default: build a random tiny one)")
+    from bench.tiny_models import model_bench_parser
+
+    ap = model_bench_parser(__doc__, "a local chat model folder (default: build a random tiny one)")
     ap.add_argument("--pairs", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--rtt-ms", type=float, default=150.0,
                     help="also time through a proxy adding this delay per request (0: skip)")
     ap.add_argument("--serve-flag", action="append", default=[], help="extra `transformers serve` flag (repeatable)")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.memory import reset_peak, status_mb  # noqa: E402
+from bench.memory import add_size_args, reset_peak, run_child, status_mb  # noqa: E402
 
 LOADED: dict = {}
 
@@ -201,10 +200,7 @@ def child(mode: str, root: Path, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=2)
+    add_size_args(parser, batch=16, steps=2)
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every configuration")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -219,11 +215,9 @@ def main() -> None:
         print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), batch {args.batch}, {args.steps} steps")
         results = {}
         for mode in ("shared-rule", "shared-rm", "shared-rm-adapter", "separate"):
-            cmd = [sys.executable, __file__, "--child", mode, "--root", str(root), "--hidden", str(args.hidden),
-                   "--layers", str(args.layers), "--batch", str(args.batch), "--steps", str(args.steps),
-                   *(["--checkpointing"] if args.checkpointing else [])]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            results[mode] = json.loads(out)
+            results[mode] = run_child(__file__, [
+                "--child", mode, "--root", str(root), "--hidden", str(args.hidden), "--layers", str(args.layers),
+                "--batch", str(args.batch), "--steps", str(args.steps), *(["--checkpointing"] if args.checkpointing else [])])
             r = results[mode]
             print(f"{mode:17s} peak RSS {r['peak_mb']:7.0f} MB  added by PPO {r['added_mb']:7.0f} MB  "
                   f"training phase {r['train_added_mb'] or 0:7.0f} MB  step {r['step_seconds']:.2f} s")

@@ -19,7 +19,6 @@ Figures only; no assertions.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
@@ -57,13 +56,13 @@ def best_of(fn, repeats: int) -> tuple[float, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="a local causal LM folder (default: build a random ~1M-param one)")
+    from bench.tiny_models import model_bench_parser
+
+    ap = model_bench_parser(__doc__, "a local causal LM folder (default: build a random ~1M-param one)")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=16, help="prompts per generate call in the batched sampler")
-    ap.add_argument("--repeats", type=int, default=2)
     # 1 by default: on a shared machine torch's own choice (one thread per core) spin-waits against the
     # other processes and ran both methods ~7x slower here. Both methods always get the same setting.
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 0 = torch's own choice")

@@ -23,3 +23,25 @@ def reset_peak() -> bool:
         return True
     except OSError:
         return False
+
+
+def add_size_args(parser, batch: int, steps: int) -> None:
+    """The memory benchmarks' model and run size: --hidden, --layers (bench_ppo_memory.build_models),
+    --batch and --steps, with this benchmark's defaults for the last two."""
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--steps", type=int, default=steps)
+
+
+def run_child(script: str, argv: list[str], env: dict | None = None) -> dict:
+    """Run one configuration as `python script argv...` in a fresh process (so each peak RSS is its
+    own) and return the JSON object on its last line of output; its stderr's tail on a failure."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise SystemExit(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -88,3 +88,15 @@ def n_params(path: str | Path) -> int:
     from transformers import AutoModelForCausalLM
 
     return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
+
+
+def model_bench_parser(doc: str, model_help: str):
+    """The parser of a benchmark that times a model (bench_judge, bench_sampling): its docstring as
+    the description, layout kept; --model (a local folder, else a tiny model built here) and
+    --repeats (the fastest of that many rounds is reported)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help=model_help)
+    parser.add_argument("--repeats", type=int, default=2)
+    return parser

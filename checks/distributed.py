@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from prefdata.targets import load_target
+
 from .base import CheckResult, skip
 
 # check id -> (module, function) of the row-local checks
@@ -36,10 +38,9 @@ EXACT_ID = "exact_duplicates"
 
 
 def _check_function(check_id: str):
-    import importlib
-
+    """The row-local check's function, through the project's one "module:function" loader."""
     module, name = ROW_LOCAL[check_id]
-    return getattr(importlib.import_module(module), name)
+    return load_target(f"{module}:{name}", what=f"check {check_id!r}")
 
 
 def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, tuple[str, ...], CheckResult]:

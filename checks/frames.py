@@ -1,9 +1,7 @@
 """Helpers shared by the checks that work on frames of text: the ids of flagged rows, row blocks of
 a bounded size, and text columns as UTF-8 byte buffers for the numpy engines (checks/ngrams.py,
-checks/tfidf.py). No check lives here.
-
-checks/dedup.py still has its own `_row_blocks` (over several columns); it moves here once its
-engine settles.
+checks/tfidf.py). No check lives here. checks/dedup.py blocks its rows (several columns
+together) with `row_blocks` too.
 """
 
 from __future__ import annotations

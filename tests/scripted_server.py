@@ -15,7 +15,9 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from bench.http_server import LocalHTTPServer  # the repository root is on sys.path (tests/conftest.py)
 
 
 @dataclass
@@ -46,7 +48,7 @@ def _payload(path: str, body: dict, reply: Reply) -> dict:
     return {"id": "x", "object": "text_completion", "created": 0, "model": body.get("model", "m"), "choices": choices}
 
 
-class ScriptedServer:
+class ScriptedServer(LocalHTTPServer):
     def __init__(self, script):
         self.script, self.requests, self.in_flight, self.max_in_flight = script, [], 0, 0
         self._lock = threading.Lock()
@@ -80,20 +82,7 @@ class ScriptedServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "ScriptedServer":
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 # -- judges with a known behaviour ----------------------------------------------------------------
