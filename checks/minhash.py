@@ -570,42 +570,7 @@ def _find_near_duplicates(
     workers = n_threads or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
-        # 1-4. per block of rows: the texts' 64-bit hashes (for exact duplicates) and their signatures
-        # and band keys, in chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads. Signatures
-        # are per text, so the blocks and chunks do not change them.
-        densify = _Densifier(num_perm, seed)
-        key = np.empty(n, dtype=np.uint64)
-        band_keys = np.empty((bands, n), dtype=np.uint64)
-        # 8 bits of each signature value (num_perm bytes a row) for the screen in step 5, and
-        # whether the row's text is long enough for the screen to apply
-        sketch = np.empty((n, num_perm), dtype=np.uint8)
-        screenable = np.empty(n, dtype=bool)
-        for a, b in texts.blocks():
-            parts = texts.parts((a, b))
-            if on_block is not None:
-                on_block(a, b, parts)
-            block = texts.join(parts)
-            del parts
-            key[a:b] = texts.hash(block, seed)
-            data, offsets = _texts_buffer(block)
-            del block
-            bounds = _chunk_bounds(offsets)
-
-            def work(i: int) -> None:
-                d0, d1 = bounds[i], bounds[i + 1]
-                sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
-                band_keys[:, a + d0 : a + d1] = _band_keys(sig, bands, rows)
-                sketch[a + d0 : a + d1] = sig.astype(np.uint8)  # the low 8 bits
-                lengths = offsets[d0 + 1 : d1 + 1] - offsets[d0:d1]
-                screenable[a + d0 : a + d1] = lengths >= SCREEN_MIN_BYTES_PER_VALUE * num_perm + ngram
-
-            if pool:
-                list(pool.map(work, range(len(bounds) - 1)))
-            else:
-                for i in range(len(bounds) - 1):
-                    work(i)
-            del data, offsets
-
+        key, band_keys, sketch, screenable = _sign_blocks(texts, num_perm, ngram, seed, bands, rows, pool, on_block)
         # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
         # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
         exact = texts.first_copies(key)
@@ -622,23 +587,75 @@ def _find_near_duplicates(
         if pool:
             pool.shutdown()
     del band_keys
+    if m < n:
+        sketch, screenable = sketch[first_rows], screenable[first_rows]
+    labels, counts = _cluster_candidates(texts, first_rows, buckets, sketch, screenable, threshold, ngram, verify_bytes)
+    n_candidates, n_checked, n_verified = counts
+    cluster = first_rows[labels[u_of_row]]
+    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact,
+                          n_lsh_candidates=n_candidates, n_screened_out=n_candidates - n_checked)
 
-    # 5. candidates, band by band and in batches; edges whose texts are already connected are
-    # skipped, the rest verified by exact Jaccard; 6. verified edges are unioned into clusters.
+
+def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: int, rows: int,
+                 pool: ThreadPoolExecutor | None, on_block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 1-4, per block of rows: each text's 64-bit hash (for exact duplicates), its band keys,
+    and the low 8 bits of its signature with whether it is long enough to screen on (step 5), in
+    chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads. Signatures are per text, so the
+    blocks and chunks do not change them."""
+    n = texts.n
+    densify = _Densifier(num_perm, seed)
+    key = np.empty(n, dtype=np.uint64)
+    band_keys = np.empty((bands, n), dtype=np.uint64)
+    sketch = np.empty((n, num_perm), dtype=np.uint8)
+    screenable = np.empty(n, dtype=bool)
+    for a, b in texts.blocks():
+        parts = texts.parts((a, b))
+        if on_block is not None:
+            on_block(a, b, parts)
+        block = texts.join(parts)
+        del parts
+        key[a:b] = texts.hash(block, seed)
+        data, offsets = _texts_buffer(block)
+        del block
+        bounds = _chunk_bounds(offsets)
+
+        def work(i: int) -> None:
+            d0, d1 = bounds[i], bounds[i + 1]
+            sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
+            band_keys[:, a + d0 : a + d1] = _band_keys(sig, bands, rows)
+            sketch[a + d0 : a + d1] = sig.astype(np.uint8)  # the low 8 bits
+            lengths = offsets[d0 + 1 : d1 + 1] - offsets[d0:d1]
+            screenable[a + d0 : a + d1] = lengths >= SCREEN_MIN_BYTES_PER_VALUE * num_perm + ngram
+
+        if pool:
+            list(pool.map(work, range(len(bounds) - 1)))
+        else:
+            for i in range(len(bounds) - 1):
+                work(i)
+        del data, offsets
+    return key, band_keys, sketch, screenable
+
+
+def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch: np.ndarray,
+                        screenable: np.ndarray, threshold: float, ngram: int,
+                        verify_bytes: int | None) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """Steps 5-6 over the unique texts: candidates, band by band and in batches; edges whose texts
+    are already connected are skipped, the rest screened on their signatures and verified by exact
+    Jaccard; verified edges are unioned into clusters. Returns each unique text's cluster label and
+    (candidates, verified by exact Jaccard, found similar)."""
+    m = first_rows.size
+
     def unique_texts(u: np.ndarray) -> pl.Series:
         return texts.text(first_rows[u])
 
     # Reuse (a chosen reply shared by sibling pairs, canned refusals) makes thousands of pairs
     # candidates at Jaccard 0.4-0.7: the screen drops those on their signatures' estimate, so exact
     # verification (the costly part) runs on the pairs near or above the threshold only.
-    if m < n:
-        sketch, screenable = sketch[first_rows], screenable[first_rows]
     screen = _Screen(sketch, screenable, threshold)
     # Every band's candidate pairs, each distinct pair once: the same two texts meet in many bands
     # (a shared reply puts them in one bucket band after band, and a big bucket's star keeps its
     # centre), and each pair is screened and verified at most once.
     a, b = _distinct_edges(buckets, m)
-    del buckets
     uf = _UnionFind(m)
     n_checked = n_verified = n_candidates = 0
     for s0 in range(0, a.size, VERIFY_BATCH):
@@ -654,7 +671,5 @@ def _find_near_duplicates(
         n_checked += int(ea.size)
         n_verified += int(va.size)
         uf.union(va, vb)
-    cluster = first_rows[uf.labels()[u_of_row]]
-    return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact,
-                          n_lsh_candidates=n_candidates, n_screened_out=n_candidates - n_checked)
+    return uf.labels(), (n_candidates, n_checked, n_verified)
 
