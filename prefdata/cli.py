@@ -74,7 +74,9 @@ def import_cmd(
     from prefdata.gate import read_text
 
     guidelines = read_text(card)
-    if aggregate not in ("majority", "dawid-skene"):
+    from prefdata.formats import AGGREGATES
+
+    if aggregate not in AGGREGATES:
         raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
     result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track, aggregate=aggregate)
     summary = result.summary()

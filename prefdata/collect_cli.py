@@ -93,7 +93,9 @@ def collect_command(
     say = _console().print
     if humans not in ("queue", "argilla"):
         raise UnusableInput(f"--humans {humans!r}: choose queue or argilla")
-    if aggregate not in ("majority", "dawid-skene"):
+    from prefdata.formats import AGGREGATES
+
+    if aggregate not in AGGREGATES:
         raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
     if not prompts.is_file():
         raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line) or a table with a prompt column")

@@ -50,39 +50,24 @@ def import_target(spec: str) -> Callable:
     return load_target(spec, what="verifier")
 
 
-def _majority(votes: list[str]) -> str | None:
-    from prefdata.formats import majority
-
-    return majority(votes)
-
-
-AGGREGATES = ("majority", "dawid-skene")
-
-
 def label(routed: list[dict], comparisons: list[dict], votes: list[dict], aggregate: str = "majority") -> list[dict]:
     """Comparison rows (in the order given) with `label`, `label_source` and the judge's and router's
     columns; `routed` is prefdata.routing.route's output for the same comparisons. `aggregate` turns
     a pair's human votes into its label: "majority" (more than half agree, else no label) or
     "dawid-skene" (EM over all the votes of the run: an annotator who votes at random counts for
     little; every voted pair gets its most probable label, where a majority may find none)."""
-    if aggregate not in AGGREGATES:
-        raise ValueError(f"aggregate {aggregate!r}: choose one of {', '.join(AGGREGATES)}")
-    by_pair: dict[str, list[str]] = {}
-    for v in votes:
-        by_pair.setdefault(v["pair_id"], []).append(v["vote"])
-    if aggregate == "dawid-skene":
-        from prefdata.checks.agreement import dawid_skene_labels
+    from prefdata.formats import vote_labels
 
-        estimated = dawid_skene_labels([{k: v[k] for k in ("pair_id", "annotator", "vote")} for v in votes])
+    human_label = vote_labels(votes, aggregate)
     out = []
     for comparison, r in zip(comparisons, routed, strict=True):
         if comparison["pair_id"] != r["pair_id"]:
             raise ValueError(f"routed row {r['pair_id']} given for comparison {comparison['pair_id']}")
-        human = by_pair.get(r["pair_id"])
+        human = r["pair_id"] in human_label  # voted on
         if r["route"] == "judge" or (r["route"] == "both" and not human):
             value, source = r["judge_label"], "judge"
         elif human:
-            value, source = (estimated.get(r["pair_id"]) if aggregate == "dawid-skene" else _majority(human)), "human"
+            value, source = human_label[r["pair_id"]], "human"
         else:
             value, source = None, None
         row = {**comparison, "label": value, "label_source": source,

@@ -100,6 +100,25 @@ def majority(votes: list[str]) -> str | None:
     return best if votes.count(best) * 2 > len(votes) else None
 
 
+AGGREGATES = ("majority", "dawid-skene")
+
+
+def vote_labels(votes: list[dict[str, Any]], aggregate: str = "majority") -> dict[Any, str | None]:
+    """pair_id -> the label its votes give (dicts with pair_id, annotator, vote): "majority", more
+    than half agree, else None; "dawid-skene", EM over all the votes given (checks/agreement.py: an
+    annotator who votes at random counts for little; every voted pair gets its most probable label)."""
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"aggregate {aggregate!r}: choose one of {', '.join(AGGREGATES)}")  # the commands check first
+    if aggregate == "dawid-skene":
+        from prefdata.checks.agreement import dawid_skene_labels
+
+        return dawid_skene_labels([{k: v[k] for k in ("pair_id", "annotator", "vote")} for v in votes])
+    by_pair: dict[Any, list[str]] = {}
+    for v in votes:
+        by_pair.setdefault(v["pair_id"], []).append(v["vote"])
+    return {pair: majority(pair_votes) for pair, pair_votes in by_pair.items()}
+
+
 def _pick(columns: set[str] | Mapping[str, Any], names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in columns), None)
 

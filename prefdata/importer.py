@@ -16,7 +16,7 @@ import polars as pl
 
 from prefdata.columnar import convert_columnar
 from prefdata.errors import UnusableInput
-from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, majority, parse_vote, resolve, unresolved_reason
+from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
 from prefdata.readers import RawRow, read_rows
 from prefdata.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
 from prefdata.rows import check_format, convert_row, quarantine_entry
@@ -208,19 +208,12 @@ def _assign_id(record: dict[str, Any], content_by_id: dict[str, tuple]) -> None:
 
 
 def _label_comparisons(comparisons: list[dict[str, Any]], vote_rows: list[dict[str, Any]], aggregate: str) -> None:
-    """Set each voted comparison's `label` from its votes (in place): their majority, or with
-    aggregate "dawid-skene" the votes weighted by each annotator's estimated quality
-    (checks/agreement.py). Votes decide; a label column only counts without votes."""
-    by_pair: dict[str, list[str]] = {}
-    for v in vote_rows:
-        by_pair.setdefault(v["pair_id"], []).append(v["vote"])
-    if aggregate == "dawid-skene":
-        from prefdata.checks.agreement import dawid_skene_labels
-
-        estimated = dawid_skene_labels(vote_rows)
+    """Set each voted comparison's `label` from its votes (in place), aggregated by `aggregate`
+    (formats.vote_labels). Votes decide; a label column only counts without votes."""
+    labels = vote_labels(vote_rows, aggregate)
     for record in comparisons:
-        if record["id"] in by_pair:
-            record["label"] = estimated[record["id"]] if aggregate == "dawid-skene" else majority(by_pair[record["id"]])
+        if record["id"] in labels:
+            record["label"] = labels[record["id"]]
 
 
 def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[str, Any]],

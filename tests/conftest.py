@@ -37,6 +37,22 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+@pytest.fixture()
+def sample_calls(monkeypatch) -> dict[str, int]:
+    """Counts TransformersSampler.sample calls (the real method still runs): a cached rerun makes 0."""
+    from prefdata.sampling import TransformersSampler
+
+    calls = {"sample": 0}
+    real_sample = TransformersSampler.sample
+
+    def counted(self, *args, **kwargs):
+        calls["sample"] += 1
+        return real_sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformersSampler, "sample", counted)
+    return calls
+
+
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
     """A ~0.3M-parameter char-level LlamaForCausalLM with its tokenizer (and a chat template), saved

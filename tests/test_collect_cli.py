@@ -41,17 +41,8 @@ def rule_module(tmp_path, monkeypatch) -> str:
 
 
 def test_collect_makes_a_draft_and_a_rerun_hits_the_cache(prefect_api, tiny_llama, tmp_path, rule_module,
-                                                          monkeypatch, capsys):
-    from prefdata.sampling import TransformersSampler
-
-    calls = {"sample": 0}
-    real_sample = TransformersSampler.sample
-
-    def counted(self, *args, **kwargs):
-        calls["sample"] += 1
-        return real_sample(self, *args, **kwargs)
-
-    monkeypatch.setattr(TransformersSampler, "sample", counted)
+                                                          sample_calls, capsys):
+    calls = sample_calls
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("What is 2+2?\nName a colour.\nSay hi.\nCount to three.\n")
     args = ("collect", "--prompts", str(prompts), "--policy", str(tiny_llama), "--judge", f"rule:{rule_module}",

@@ -197,19 +197,24 @@ def test_max_share_and_skips():
         check_near_duplicates(pairs, scope="response")
 
 
+def _edited_pairs(*, seed: int, n: int, words: int, max_edits: int) -> tuple[list[str], list[str]]:
+    """n random texts of `words` words and a copy of each with 1..max_edits words replaced."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}x{'y' * (i % 5)}" for i in range(3000)]
+    original = rng.integers(0, len(vocab), size=(n, words))
+    edited = original.copy()
+    for i, k in enumerate(rng.integers(1, max_edits + 1, size=n)):
+        pos = rng.choice(words, size=k, replace=False)
+        edited[i, pos] = rng.integers(0, len(vocab), size=k)
+    return ([" ".join(vocab[j] for j in row) for row in original],
+            [" ".join(vocab[j] for j in row) for row in edited])
+
+
 def test_flagged_exactly_when_shingle_jaccard_reaches_threshold():
     """Against exact Jaccard on 1,500 random pairs edited by 1-6 words: every flagged pair is >= 0.8
     (verification is exact) and every pair >= 0.8 is found (LSH recall; deterministic seeds)."""
-    rng = np.random.default_rng(7)
-    vocab = [f"w{i}x{'y' * (i % 5)}" for i in range(3000)]
     n = 1500
-    words = rng.integers(0, len(vocab), size=(n, 30))
-    edited = words.copy()
-    for i, k in enumerate(rng.integers(1, 7, size=n)):
-        pos = rng.choice(30, size=k, replace=False)
-        edited[i, pos] = rng.integers(0, len(vocab), size=k)
-    base = [" ".join(vocab[j] for j in row) for row in words]
-    other = [" ".join(vocab[j] for j in row) for row in edited]
+    base, other = _edited_pairs(seed=7, n=n, words=30, max_edits=6)
     found = find_near_duplicates(pl.Series(base + other))
     flagged_pair = found.cluster[n:] == np.arange(n)
     exact = np.array([jaccard(a, b) for a, b in zip(base, other)])
@@ -398,16 +403,8 @@ def test_heavy_reuse_keeps_verdicts_and_bounds_exact_verifications():
 
 def test_signature_screen_never_drops_a_pair_at_the_threshold():
     """Long texts (the screen applies): every pair with exact Jaccard >= 0.8 is still found, none below."""
-    rng = np.random.default_rng(5)
-    vocab = [f"w{i}x{'y' * (i % 5)}" for i in range(3000)]
     n = 600
-    words = rng.integers(0, len(vocab), size=(n, 100))
-    edited = words.copy()
-    for i, k in enumerate(rng.integers(1, 22, size=n)):
-        pos = rng.choice(100, size=k, replace=False)
-        edited[i, pos] = rng.integers(0, len(vocab), size=k)
-    base = [" ".join(vocab[j] for j in row) for row in words]
-    other = [" ".join(vocab[j] for j in row) for row in edited]
+    base, other = _edited_pairs(seed=5, n=n, words=100, max_edits=21)
     found = find_near_duplicates(pl.Series(base + other))
     flagged_pair = found.cluster[n:] == np.arange(n)
     exact = np.array([jaccard(a, b) for a, b in zip(base, other)])

@@ -222,9 +222,7 @@ collect(prompts=Prompts(**kw["prompts"]), policy=Policy(**kw["policy"]), judge=J
 """
 
 
-def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, world, tmp_path, monkeypatch):
-    from prefdata.sampling import TransformersSampler
-
+def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, world, tmp_path, sample_calls):
     done = 8  # requests answered before the judge hangs: two chunks of two pairs, both orders
     hang = lambda body, index: Reply(delay=600) if index >= done else world_judge(body, index)  # noqa: E731
     with ScriptedServer(hang) as server:
@@ -249,14 +247,7 @@ def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, wor
             log.close()
         assert Store(str(tmp_path / "store")).versions() == []  # it died before writing anything
 
-    calls = {"sample": 0}
-    real_sample = TransformersSampler.sample
-
-    def counted(self, *args, **kwargs):
-        calls["sample"] += 1
-        return real_sample(self, *args, **kwargs)
-
-    monkeypatch.setattr(TransformersSampler, "sample", counted)
+    calls = sample_calls  # counts this process's sampling only: the killed run was a subprocess
     with ScriptedServer(world_judge) as server:
         # limit 2: the killed run still holds its slot until the lease expires
         judge = llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=2)
