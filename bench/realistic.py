@@ -87,8 +87,9 @@ def _messy_case(text: str, rng: np.random.Generator) -> str:
     return "  ".join(out[:3]) + " " + " ".join(out[3:]) + " \n"
 
 
-def make_realistic_pairs(n: int, seed: int = 0) -> tuple[pl.DataFrame, dict[str, list[str]]]:
-    """`n` pairs (n >= 100) and the ids of the injected faults (see the module docstring)."""
+def make_realistic_pairs(n: int, seed: int = 0, first_id: int = 1) -> tuple[pl.DataFrame, dict[str, list[str]]]:
+    """`n` pairs (n >= 100) and the ids of the injected faults (see the module docstring); ids
+    count from `first_id`."""
     if n < 100:
         raise ValueError(f"n must be >= 100, got {n}")
     rng = np.random.default_rng(seed)
@@ -182,7 +183,7 @@ def make_realistic_pairs(n: int, seed: int = 0) -> tuple[pl.DataFrame, dict[str,
     for r in truth["empty_prompt"]:
         cols["prompt"][r] = ""
 
-    ids = pl.Series("id", np.arange(1, n + 1)).cast(pl.String).str.zfill(7)
+    ids = pl.Series("id", np.arange(first_id, first_id + n)).cast(pl.String).str.zfill(7)
     frame = pl.DataFrame({
         "id": "u" + ids,
         "prompt": cols["prompt"], "chosen": cols["chosen"], "rejected": cols["rejected"],
@@ -199,12 +200,31 @@ def make_realistic_pairs(n: int, seed: int = 0) -> tuple[pl.DataFrame, dict[str,
     return frame, out
 
 
+# Above this many pairs the file is written in parts of this size (each its own seed, ids running
+# on), so that 10M pairs are made in the memory of 1M. Duplicates are injected within a part.
+PART_ROWS = 1_000_000
+
+
 def write_realistic(path: Path, n: int, seed: int = 0) -> dict[str, list[str]]:
     """Write the pairs to `path` (Parquet) and the truth to `path` with suffix .truth.json."""
-    frame, truth = make_realistic_pairs(n, seed)
+    import pyarrow.parquet as pq
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.write_parquet(path)
+    if n <= PART_ROWS:
+        frame, truth = make_realistic_pairs(n, seed)
+        frame.write_parquet(path)
+    else:
+        truth: dict[str, list[str]] = {}
+        writer = None
+        for part, start in enumerate(range(0, n, PART_ROWS)):
+            frame, part_truth = make_realistic_pairs(min(PART_ROWS, n - start), seed * 1000 + part, start + 1)
+            table = frame.to_arrow()
+            writer = writer or pq.ParquetWriter(path, table.schema, compression="zstd")
+            writer.write_table(table, row_group_size=125_000)
+            for k, v in part_truth.items():
+                truth.setdefault(k, []).extend(v)
+        writer.close()
     path.with_suffix(".truth.json").write_text(json.dumps(truth))
     return truth
 

@@ -63,10 +63,12 @@ def import_cmd(
     max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.")] = 1 << 20,
     aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
                                                 "(weighted by each annotator's estimated quality).")] = "majority",
+    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet file of more rows than this goes into the "
+                                                 "store this many rows at a time (bounds memory).", min=1)] = 1_000_000,
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
-    from prefdata.importer import import_file, import_to_store
+    from prefdata.importer import import_file, import_file_to_store
     from prefdata.writers import write_rows, write_quarantine
 
     if (name is None) == (out is None):
@@ -78,16 +80,20 @@ def import_cmd(
 
     if aggregate not in AGGREGATES:
         raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
-    result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track, aggregate=aggregate)
-    summary = result.summary()
     if out is not None:
+        result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track,
+                             aggregate=aggregate)
+        summary = result.summary()
         summary["outputs"] = write_rows(result, out)
         summary["quarantine_file"] = str(write_quarantine(result.quarantine, out))
     else:
         from prefdata.store import Store
 
         st = Store(store)
-        version = import_to_store(result, name, st, guidelines)
+        result, version = import_file_to_store(src, name, st, fmt=format, votes=votes, max_text_bytes=max_text_bytes,
+                                               track=_track, aggregate=aggregate, guidelines=guidelines,
+                                               batch_rows=batch_rows)
+        summary = result.summary()
         summary["version"] = version.ref
         summary["status"] = version.status  # the same content imported again keeps its status
         summary["store"] = st.url

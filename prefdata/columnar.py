@@ -25,6 +25,7 @@ is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and so
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import methodcaller
@@ -43,6 +44,8 @@ TEXT = ("prompt", "chosen", "rejected")
 CONVERTERS_COVERED = ("trl", "hh-rlhf")
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
+# rows converted at a time: one batch's text, ids and normalised copies are what the import holds
+BATCH_ROWS = 1_000_000
 ID_CHUNK = 100_000  # rows per slice when computing ids: bounds the normalised copies to ~250 MB
 _SPLIT = r"^[A-Za-z0-9_]+$"  # formats._SPLIT; Python's `$` also allows a final "\n", so this is stricter
 
@@ -245,23 +248,91 @@ def _split_hh(frame: pl.DataFrame, candidate: pl.Series) -> tuple[pl.DataFrame, 
     return pl.DataFrame(texts, schema={name: pl.String for name in TEXT}), pl.Series(refused, dtype=pl.Boolean)
 
 
+class MixedIds(Exception):
+    """Some kept rows have a source id and some have not: the row path settles their collisions."""
+
+
+@dataclass
+class _Earlier:
+    """What the cross-row rules need to know of the batches before this one."""
+
+    mode: str | None = None                   # "source": every kept row has its id; "content": none has
+    first_content: pl.DataFrame | None = None  # source ids: id, h1, h2 (content hash) of the first kept row
+    repeats: pl.DataFrame | None = None        # content ids: pair_id, n (kept rows with it so far)
+
+
+@dataclass
+class ColumnarBatches:
+    """A file's columnar import, a batch of rows at a time: `batches` yields (kept pairs, quarantine)
+    per batch, in file order; `n_batches` of them."""
+
+    format: str
+    read: int
+    n_batches: int
+    batches: Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]
+
+
 def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImport | None:
     """The import of a plain Parquet `trl` or `hh-rlhf` file, or None when the row path must do it."""
+    opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS)
+    if opened is None:
+        return None
+    pairs, quarantine = [], []
+    try:
+        for kept, rejected in opened.batches:
+            pairs.append(kept)
+            quarantine.extend(rejected)
+    except MixedIds:
+        return None
+    kept = pl.concat(pairs, how="diagonal_relaxed")
+    if kept.height == 0:  # nothing kept: no optional column, as when the file is one batch
+        kept = kept.select(PAIR_COLUMNS)
+    return ColumnarImport(opened.format, kept, quarantine, opened.read)
+
+
+def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS) -> ColumnarBatches | None:
+    """The columnar import of a plain Parquet file, `batch_rows` rows at a time (so a file of any
+    size converts in the memory of one batch), or None when the row path must do it. The batches
+    give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
+    carry what they need from batch to batch (_Earlier). Iterating raises MixedIds when the file
+    turns out to need the row path after all."""
     if not _plain_parquet(path):
         return None
     try:
-        frame = pl.read_parquet(path)
+        schema = pl.read_parquet_schema(path)
+        head = pl.read_parquet(path, n_rows=1)
+        rows = pl.scan_parquet(path).select(pl.len()).collect().item()
     except (pl.exceptions.PolarsError, OSError):
         return None  # the row path reads it with pyarrow and names the problem
-    id_column = _supported(frame.schema)
-    if id_column is None or frame.height == 0 or "__row" in frame.columns:
+    schema = pl.Schema(schema)
+    id_column = _supported(schema)
+    if id_column is None or rows == 0 or "__row" in schema:
         return None
-    columns = set(frame.columns)
-    fmt = check_format(path, fmt, columns, columns, frame.row(0, named=True))
+    columns = set(schema)
+    fmt = check_format(path, fmt, columns, columns, head.row(0, named=True))
     if fmt not in CONVERTERS_COVERED:
         return None
+    optional = [c for c in OPTIONAL_COLUMNS if c in columns and c != "prompt_messages"]
+    starts = range(0, rows, batch_rows)
+    present = None if optional else []
+    if len(starts) > 1 and optional:  # the same columns in every batch: those with a value in some row of the file
+        present = [c for c, has in pl.scan_parquet(path).select(
+            [pl.col(c).is_not_null().any() for c in optional]).collect().row(0, named=True).items()
+            if has or c in SCORE_COLUMNS]
+    earlier = _Earlier()
 
-    frame = frame.with_row_index("__row", offset=1)
+    def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
+        for start in starts:
+            frame = pl.scan_parquet(path).slice(start, batch_rows).collect().with_row_index("__row", offset=start + 1)
+            yield _convert_frame(path, frame, start, fmt, id_column, optional, present, max_text_bytes, earlier)
+
+    return ColumnarBatches(fmt, rows, len(starts), batches())
+
+
+def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_column: str, optional: list[str],
+                   present: list[str] | None, max_text_bytes: int,
+                   earlier: _Earlier) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine."""
     candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
     if fmt == "hh-rlhf":
         texts, refused = _split_hh(frame, candidate)
@@ -280,7 +351,6 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImpor
             continue
         accepted.append({"__row": number, **record})
 
-    optional = [c for c in OPTIONAL_COLUMNS if c in columns and c != "prompt_messages"]
     # Ids for every row (candidates too: cheaper than a second copy of the text), then one filter.
     prompt_ids, pair_ids = _ids(texts)
     kept = frame.select(
@@ -299,30 +369,69 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImpor
         kept = pl.concat([kept, extra]).sort("__row")
 
     with_id = kept["id"].is_not_null()
-    if with_id.all():
-        # An id used again for other content is quarantined; the first kept row with it wins. Only
-        # rows whose id repeats can conflict: the window runs on those (usually few), not over a
-        # million one-row groups (~3 s at 1M pairs).
-        conflict = kept["id"].is_duplicated()
-        if conflict.any():
-            reused = kept.filter(conflict)
-            differs = reused.select(pl.any_horizontal([pl.col(c) != pl.col(c).first().over("id") for c in TEXT]))
-            conflict = conflict.scatter(conflict.arg_true(), differs.to_series())
-        if conflict.any():
-            for number, row_id in kept.filter(conflict).select("__row", "id").iter_rows():
-                data = frame.row(number - 1, named=True)
-                data.pop("__row")
-                quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
-                                                    f"id {row_id!r} already used for other content"))
-            kept = kept.filter(~conflict)
-    elif not with_id.any():
-        # No source id: the content id, numbered on repeats in file order ("<pair_id>-2", ...).
-        repeat = pl.int_range(pl.len()).over("pair_id")
-        kept = kept.with_columns(id=pl.when(repeat == 0).then("pair_id")
-                                 .otherwise(pl.col("pair_id") + "-" + (repeat + 1).cast(pl.String)))
+    mode = "source" if with_id.all() else "content" if not with_id.any() else "mixed"
+    if not kept.height:
+        mode = earlier.mode or mode
+    if kept.height and earlier.mode is not None and mode != earlier.mode or mode == "mixed":
+        raise MixedIds(f"{path}: some rows have an id and some have not")
+    if kept.height:
+        earlier.mode = mode
+    if mode == "source":
+        kept, conflicting = _source_id_conflicts(kept, earlier)
+        for number, row_id in conflicting:
+            data = frame.row(number - 1 - start, named=True)
+            data.pop("__row")
+            quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
+                                                f"id {row_id!r} already used for other content"))
     else:
-        return None  # some rows with an id and some without: the row path settles their collisions
+        kept = _numbered_content_ids(kept, earlier)
 
-    present = [c for c in optional if c in SCORE_COLUMNS or kept[c].is_not_null().any()] if kept.height else []
+    if present is None:
+        present = [c for c in optional if c in SCORE_COLUMNS or kept[c].is_not_null().any()] if kept.height else []
     quarantine.sort(key=lambda q: q["row"])
-    return ColumnarImport(fmt, kept.select(*PAIR_COLUMNS, *present), quarantine, frame.height)
+    return kept.select(*PAIR_COLUMNS, *present), quarantine
+
+
+def _content_hash(frame: pl.DataFrame) -> pl.DataFrame:
+    """Two 64-bit hashes of each row's (prompt, chosen, rejected): equal texts, equal hashes."""
+    row = pl.struct(*TEXT)
+    return frame.select("id", h1=row.hash(1), h2=row.hash(2))
+
+
+def _source_id_conflicts(kept: pl.DataFrame, earlier: _Earlier) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """An id used again for other content is quarantined; the first kept row with it wins (in this
+    batch or an earlier one). Only rows whose id repeats can conflict: the window runs on those
+    (usually few), not over a million one-row groups (~3 s at 1M pairs). Returns the rows kept and
+    the (row number, id) of the conflicting ones."""
+    conflict = kept["id"].is_duplicated()
+    if conflict.any():
+        reused = kept.filter(conflict)
+        differs = reused.select(pl.any_horizontal([pl.col(c) != pl.col(c).first().over("id") for c in TEXT]))
+        conflict = conflict.scatter(conflict.arg_true(), differs.to_series())
+    hashes = _content_hash(kept)
+    if earlier.first_content is not None:  # an id of an earlier batch: its first row there wins
+        seen = hashes.join(earlier.first_content, on="id", how="left", suffix="_first", maintain_order="left")
+        again = seen["h1_first"].is_not_null()
+        conflict = (conflict & ~again) | (again & ((seen["h1"] != seen["h1_first"]) | (seen["h2"] != seen["h2_first"])))
+    conflicting = kept.filter(conflict).select("__row", "id").rows() if conflict.any() else []
+    if conflicting:
+        kept, hashes = kept.filter(~conflict), hashes.filter(~conflict)
+    firsts = hashes.unique("id", keep="first", maintain_order=True)
+    earlier.first_content = firsts if earlier.first_content is None else pl.concat(
+        [earlier.first_content, firsts.join(earlier.first_content, on="id", how="anti")])
+    return kept, conflicting
+
+
+def _numbered_content_ids(kept: pl.DataFrame, earlier: _Earlier) -> pl.DataFrame:
+    """No source id: the content id, numbered on repeats in file order ("<pair_id>-2", ...),
+    counting the repeats of earlier batches."""
+    repeat = pl.int_range(pl.len()).over("pair_id")
+    if earlier.repeats is not None:
+        kept = kept.join(earlier.repeats, on="pair_id", how="left", maintain_order="left")
+        repeat = repeat + pl.col("n").fill_null(0)
+    kept = kept.with_columns(id=pl.when(repeat == 0).then("pair_id")
+                             .otherwise(pl.col("pair_id") + "-" + (repeat + 1).cast(pl.String))).drop("n", strict=False)
+    counts = kept.group_by("pair_id").agg(n=pl.len().cast(pl.Int64))
+    earlier.repeats = counts if earlier.repeats is None else pl.concat([earlier.repeats, counts]).group_by(
+        "pair_id").agg(pl.col("n").sum())
+    return kept

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from prefdata.columnar import convert_columnar
+from prefdata.columnar import BATCH_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
 from prefdata.errors import UnusableInput
 from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
 from prefdata.readers import RawRow, read_rows
@@ -269,3 +269,58 @@ def import_to_store(result: ImportResult, name: str, store: Store, guidelines: s
     lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
     return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
                         lineage=lineage, guidelines=guidelines)
+
+
+def import_file_to_store(
+    src: str | Path,
+    name: str,
+    store: Store,
+    *,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+    aggregate: str = "majority",
+    guidelines: str | None = None,
+    batch_rows: int | None = None,
+) -> tuple[ImportResult, Version]:
+    """`import_file`, then `import_to_store`; a Parquet file of more than one batch of rows
+    (columnar.BATCH_ROWS) goes into the store a batch at a time, so its size is bounded by the disk,
+    not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
+    their text is in the version's shards. `batch_rows` (default BATCH_ROWS): rows per batch."""
+    path = Path(src)
+    opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS)
+    if opened is not None and opened.n_batches > 1:
+        try:
+            return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
+        except MixedIds:
+            pass  # ids on some rows only: the row path settles their collisions, in memory
+    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate)
+    return result, import_to_store(result, name, store, guidelines)
+
+
+def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Store, votes: str | Path | None,
+                     aggregate: str, guidelines: str | None) -> tuple[ImportResult, Version]:
+    from prefdata.store import tables_for
+
+    ids: list[pl.Series] = []
+    quarantine: list[dict[str, Any]] = []
+    finished: list[ImportResult] = []
+
+    def batches() -> Iterable[dict[str, dict[str, pl.DataFrame]]]:
+        for kept, rejected in opened.batches:
+            ids.append(kept["id"])
+            quarantine.extend(rejected)
+            yield tables_for(kept)
+
+    def ending():
+        kept_ids = pl.DataFrame({"id": pl.concat(ids)})
+        result = _finish(path, opened.format, kept_ids, [], [], quarantine, opened.read, votes, aggregate)
+        finished.append(result)
+        lineage = {"parent": None, "sources": result.sources, "flow_run": None,
+                   "components": {"importer": result.format}}
+        extra = {"votes": {"train": result.votes}} if result.votes is not None else {}
+        return extra, result.quarantine, result.summary(), lineage
+
+    version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines)
+    return finished[0], version

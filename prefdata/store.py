@@ -40,6 +40,7 @@ import socket
 import stat
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,6 +152,45 @@ def tables_for(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None,
     return tables
 
 
+class _Shards:
+    """The Parquet files of a version being written, a batch of tables at a time: their hashes
+    (the manifest's `files`), rows per config and split, the schema and the card's configs."""
+
+    def __init__(self, store: Store, staging: str, n_batches: int):
+        self.store, self.staging, self.n_batches = store, staging, n_batches
+        self.files: dict[str, dict[str, Any]] = {}
+        self.rows: dict[str, dict[str, int]] = {}
+        self.schema: dict[str, dict[str, str]] = {}
+        self.configs: dict[str, dict[str, str]] = {}
+        self.added = 0
+
+    def add(self, tables: dict[str, dict[str, pl.DataFrame]], shard: tuple[int, int] | None = None) -> None:
+        """Write one batch's tables: shard k of n (default: the next batch of n_batches)."""
+        k, n = shard or (self.added, max(self.n_batches, self.added + 1))
+        self.added += shard is None
+        parquet: dict[str, pl.DataFrame] = {}
+        for config, splits in tables.items():
+            folder = CONFIG_DIRS[config]
+            for split, frame in sorted(splits.items()):
+                schema = {c: str(t) for c, t in frame.schema.items()}
+                if config in self.schema and self.added > 1 and self.schema[config] != schema:  # a reader stacks the shards
+                    raise ValueError(f"batch {k} of {config!r} has another schema than the batches before it: "
+                                     f"{schema} != {self.schema[config]}")
+                self.schema[config] = schema
+                parquet[f"{folder}/{split}-{k:05d}-of-{n:05d}.parquet"] = frame
+                self.configs.setdefault(config, {})[split] = f"{folder}/{split}-*.parquet"
+                self.rows.setdefault(config, {})[split] = self.rows.get(config, {}).get(split, 0) + frame.height
+
+        def put_parquet(rel: str) -> dict[str, Any]:
+            buffer = io.BytesIO()
+            parquet[rel].write_parquet(buffer, compression="zstd", compression_level=ZSTD_LEVEL, statistics=False)
+            return self.store._put(self.staging, rel, buffer.getbuffer())
+
+        # Two at a time (the pairs and their SFT subset): encoding, writing and hashing release the GIL.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            self.files.update(zip(parquet, pool.map(put_parquet, parquet)))
+
+
 @dataclass(frozen=True)
 class Version:
     name: str
@@ -213,6 +253,24 @@ class Store:
 
         tables: {config: {split: frame}}; configs are those of CONFIG_DIRS.
         """
+        return self.create_sharded(name, [tables], lambda: ({}, quarantine, counts, lineage), guidelines=guidelines)
+
+    def create_sharded(
+        self,
+        name: str,
+        batches: Iterable[dict[str, dict[str, pl.DataFrame]]],
+        ending: Callable[[], tuple[dict[str, dict[str, pl.DataFrame]], list[dict[str, Any]] | None,
+                                   dict[str, Any], dict[str, Any]]],
+        *,
+        n_batches: int = 1,
+        guidelines: str | None = None,
+    ) -> Version:
+        """A version written a batch of tables at a time, so that no more than one batch of a big
+        dataset is ever in memory: batch k's frames become `<folder>/<split>-<k>-of-<n_batches>.parquet`
+        as soon as the batch comes. `ending()`, called after the last batch, gives the tables that
+        need every batch first (each one file), the quarantine, the counts and the lineage. A version
+        of one batch is what `create` writes; the same content in the same batches is the same version.
+        """
         check_name(name)
         with self._writing():
             self._clean_staging(name)
@@ -221,39 +279,24 @@ class Store:
             staging = self._dir(name, f"{STAGING}{os.getpid()}-{_writer_tag()}-{uuid.uuid4().hex}")
             self.fs.makedirs(staging, exist_ok=True)
             try:
-                return self._write_version(name, staging, tables, quarantine, counts, lineage, guidelines)
+                shards = _Shards(self, staging, n_batches)
+                for tables in batches:
+                    shards.add(tables)
+                extra, quarantine, counts, lineage = ending()
+                if extra:
+                    shards.add(extra, shard=(0, 1))
+                return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines)
             finally:
                 if self.fs.exists(staging):
                     self.fs.rm(staging, recursive=True)
 
-    def _write_version(self, name, staging, tables, quarantine, counts, lineage, guidelines) -> Version:
-        files: dict[str, dict[str, Any]] = {}
-        configs: dict[str, dict[str, str]] = {}
-        rows: dict[str, dict[str, int]] = {}
-        schema: dict[str, dict[str, str]] = {}
-        parquet: dict[str, pl.DataFrame] = {}
-        for config, splits in tables.items():
-            folder = CONFIG_DIRS[config]
-            for split, frame in sorted(splits.items()):
-                rel = f"{folder}/{split}-00000-of-00001.parquet"
-                parquet[rel] = frame
-                configs.setdefault(config, {})[split] = f"{folder}/{split}-*.parquet"
-                rows.setdefault(config, {})[split] = frame.height
-                schema[config] = {c: str(t) for c, t in frame.schema.items()}
-
-        def put_parquet(rel: str) -> dict[str, Any]:
-            buffer = io.BytesIO()
-            parquet[rel].write_parquet(buffer, compression="zstd", compression_level=ZSTD_LEVEL, statistics=False)
-            return self._put(staging, rel, buffer.getbuffer())
-
-        # Two at a time (the pairs and their SFT subset): encoding, writing and hashing release the GIL.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            files.update(zip(parquet, pool.map(put_parquet, parquet)))
+    def _write_version(self, name, staging, shards: _Shards, quarantine, counts, lineage, guidelines) -> Version:
+        files = dict(shards.files)
         if quarantine:
             body = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
             files["quarantine.jsonl"] = self._put(staging, "quarantine.jsonl", body.encode("utf-8", "surrogatepass"))
-        counts = {**counts, "rows": rows}
-        card = render_card(name, configs, counts, guidelines)
+        counts = {**counts, "rows": shards.rows}
+        card = render_card(name, shards.configs, counts, guidelines)
         files["README.md"] = self._put(staging, "README.md", card.encode())
         version = version_id(files)
         manifest = {
@@ -264,7 +307,7 @@ class Store:
             "prefdata_version": __version__,
             "files": files,
             "counts": counts,
-            "schema": schema,
+            "schema": shards.schema,
             "lineage": lineage,
             "check_report": None,
             "status_history": [{"status": "draft", "at": _now()}],

@@ -11,19 +11,25 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from prefdata.columnar import convert_columnar, digests, normalised
+from prefdata.columnar import BATCH_ROWS, convert_columnar, digests, normalised
 from prefdata.importer import import_file, import_rows
 from prefdata.records import _digest, normalise_series, pair_id, prompt_id
 
 
-def assert_same_import(path: Path, *, columnar_runs: bool = True, **options) -> None:
+def assert_same_import(path: Path, *, columnar_runs: bool = True, small_batches: tuple[int, ...] = (5, 1), **options) -> None:
+    """The columnar import, in one batch and in batches of 5 and of 1 row (the cross-row rules carried
+    from batch to batch), equals the row-by-row reference."""
     if columnar_runs:  # the file is one the columnar path takes, not one it hands back
         assert convert_columnar(path, options.get("fmt", "auto"), options.get("max_text_bytes", 1 << 20)) is not None
-    fast, reference = import_file(path, **options), import_rows(path, **options)
-    assert_frame_equal(fast.pairs, reference.pairs)
-    assert fast.quarantine == reference.quarantine
-    assert fast.summary() == reference.summary()
-    assert fast.sources == reference.sources
+    reference = import_rows(path, **options)
+    for batch_rows in (BATCH_ROWS, *small_batches):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("prefdata.columnar.BATCH_ROWS", batch_rows)
+            fast = import_file(path, **options)
+        assert_frame_equal(fast.pairs, reference.pairs)
+        assert fast.quarantine == reference.quarantine
+        assert fast.summary() == reference.summary()
+        assert fast.sources == reference.sources
 
 
 UNICODE = ["Straße", "STRASSE", "İstanbul", "ıi", "ＦＵＬＬ width", "café", "cafe\u0301", "ﬁne", "ΣΑΣ", "a\u3000b",
@@ -112,11 +118,11 @@ def test_hh_rlhf_and_pandalm_pairs_as_trl_parquet(tmp_path, shared_data):
     """Real text (HH's red-team dialogues, PandaLM's multilingual answers) through both paths."""
     hh = import_rows(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
     hh.pairs.select("prompt", "chosen", "rejected").write_parquet(tmp_path / "hh.parquet")
-    assert_same_import(tmp_path / "hh.parquet")
+    assert_same_import(tmp_path / "hh.parquet", small_batches=(997,))  # real files: a few batches
     pandalm = import_rows(shared_data / "pandalm" / "testset-v1.json")
     pandalm.pairs.select("id", "prompt", "chosen", "rejected", "chosen_model", "rejected_model") \
         .write_parquet(tmp_path / "pandalm.parquet")
-    assert_same_import(tmp_path / "pandalm.parquet")
+    assert_same_import(tmp_path / "pandalm.parquet", small_batches=(333,))
     # and the ids are the ones the row path gave the original files
     assert import_file(tmp_path / "hh.parquet").pairs["pair_id"].to_list() == hh.pairs["pair_id"].to_list()
 
@@ -131,7 +137,7 @@ def test_hh_rlhf_transcripts_as_parquet(tmp_path, shared_data):
         {"chosen": None, "rejected": "\n\nHuman: hi\n\nAssistant: b"},
     ]
     pl.DataFrame(rows, schema={"chosen": pl.String, "rejected": pl.String}).write_parquet(tmp_path / "hh.parquet")
-    assert_same_import(tmp_path / "hh.parquet")
+    assert_same_import(tmp_path / "hh.parquet", small_batches=(997, 3))
     result = import_file(tmp_path / "hh.parquet")
     assert result.format == "hh-rlhf" and result.kept == 2312
     assert result.reasons == {"identical_responses": 2, "hh_no_shared_prompt": 1, "empty_text:chosen": 1,

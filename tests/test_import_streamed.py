@@ -1,0 +1,87 @@
+"""A big Parquet file goes into the store a batch of rows at a time (issue 11: 10M pairs on one
+machine): the version holds exactly what the one-batch import stores, in shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+from polars.testing import assert_frame_equal
+
+from bench.realistic import make_realistic_pairs
+from prefdata.importer import import_file, import_file_to_store, import_to_store
+from prefdata.store import Store
+
+
+def realistic_file(tmp_path: Path, n: int = 3_000, **columns) -> Path:
+    frame = make_realistic_pairs(n, seed=3)[0]
+    path = tmp_path / "pairs.parquet"
+    frame.with_columns(**{k: pl.Series(v) for k, v in columns.items()}).write_parquet(path, row_group_size=500)
+    return path
+
+
+def assert_same_version(store: Store, streamed: str, whole: str) -> None:
+    a, b = store.get(streamed), store.get(whole)
+    for config in b.manifest["counts"]["rows"]:
+        assert_frame_equal(store.load(streamed, config), store.load(whole, config))
+    assert a.manifest["counts"] == b.manifest["counts"]
+    assert a.manifest["schema"] == b.manifest["schema"]
+    assert a.manifest["lineage"] == b.manifest["lineage"]
+    quarantine = [f for f in b.manifest["files"] if f == "quarantine.jsonl"]
+    for rel in quarantine:
+        assert store.read_text(streamed, rel) == store.read_text(whole, rel)
+    assert store.verify(streamed) == []
+
+
+def test_streamed_version_equals_the_one_batch_import(tmp_path):
+    n = 3_000
+    # source ids with a conflict across batches (row 2,900 reuses row 10's id for other text), an
+    # empty prompt and a split column: every cross-row rule and the quarantine cross batch borders
+    ids = [f"r{i}" for i in range(n)]
+    ids[2_900] = "r10"
+    splits = ["test" if i % 10 == 0 else "train" for i in range(n)]
+    path = realistic_file(tmp_path, n, id=ids, split=splits)
+    store = Store(str(tmp_path / "store"))
+    whole = import_to_store(import_file(path), "whole", store)
+    result, streamed = import_file_to_store(path, "streamed", store, batch_rows=700)
+
+    data_files = [f for f in streamed.manifest["files"] if f.startswith("data/train-")]
+    assert len(data_files) == 5 and data_files[0] == "data/train-00000-of-00005.parquet"
+    assert_same_version(store, streamed.ref, whole.ref)
+    assert result.summary() == import_file(path).summary()
+    assert result.reasons.get("duplicate_id_conflict") == 1
+    assert result.pairs.columns == ["id"]  # the text went into the shards
+
+
+def test_streamed_content_ids_number_repeats_across_batches(tmp_path):
+    frame = make_realistic_pairs(1_000, seed=5)[0].drop("id")
+    repeated = pl.concat([frame, frame.head(300), frame.slice(100, 50)])  # repeats in later batches
+    path = tmp_path / "no-ids.parquet"
+    repeated.write_parquet(path)
+    store = Store(str(tmp_path / "store"))
+    whole = import_to_store(import_file(path), "whole", store)
+    _, streamed = import_file_to_store(path, "streamed", store, batch_rows=256)
+    assert_same_version(store, streamed.ref, whole.ref)
+    ids = store.load(streamed.ref)["id"]
+    assert ids.n_unique() == ids.len() and ids.str.ends_with("-3").sum() >= 50  # rows 100-149, third time
+
+
+def test_cli_import_batch_rows(tmp_path):
+    path = realistic_file(tmp_path, 2_000)
+    env = {**os.environ, "PREFDATA_STORE": str(tmp_path / "store")}
+    cmd = [sys.executable, "-m", "prefdata", "import", str(path), "--name", "big"]
+    streamed = subprocess.run([*cmd, "--batch-rows", "600", "--json", str(tmp_path / "s.json")],
+                              capture_output=True, text=True, env=env, timeout=300)
+    assert streamed.returncode == 0, streamed.stderr
+    whole = subprocess.run([*cmd, "--json", str(tmp_path / "w.json")], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert whole.returncode == 0, whole.stderr
+    s, w = (json.loads((tmp_path / f).read_text()) for f in ("s.json", "w.json"))
+    assert s["version"] != w["version"]  # other files (4 shards), same content
+    where = ("version", "quarantine_file")  # in the version's folder
+    assert {k: v for k, v in s.items() if k not in where} == {k: v for k, v in w.items() if k not in where}
+    assert_same_version(Store(str(tmp_path / "store")), s["version"], w["version"])
