@@ -39,6 +39,9 @@ class CheckInputs:
     lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
     rows_read: int | None = None                # rows read from them (default: the pairs given)
     tokenizer: Any = None                       # the trainer's tokenizer, loaded (--tokenizer): template_fit
+    # pairs too big for memory (checks/batched.py): their Parquet shards (checks/shards.py Shards); `pairs`
+    # is then the thin frame (no responses: their lengths and the chosen text's hash), `sft` thinned too
+    shards: Any = None
     # what one check computes from `pairs` and another reuses (the normalised texts' row hashes:
     # checks/dedup.py EXACT_KEYS); filled during a run, keyed by what made it, never read by the gate
     derived: dict[str, Any] = field(default_factory=dict)
@@ -225,6 +228,13 @@ def _parameters(function: Callable[..., Any]) -> dict[str, Any]:
             if p.default is not inspect.Parameter.empty and n not in BOUND}
 
 
+def _defaults_of(check: Callable[..., Any], run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run` called with `check`'s defaults under the parameters given: a batched stand-in takes the
+    parameters of the check it stands in for, with the same defaults."""
+    defaults = _parameters(check)
+    return lambda **given: run(**{**defaults, **given})
+
+
 def _check_type(path: Any, check_id: str, name: str, value: Any, default: Any) -> None:
     """A YAML value must have the type of the parameter's default, so typos fail at load time."""
     where = f"{path}: {check_id}.{name}"
@@ -284,10 +294,16 @@ def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
     from concurrent.futures import Future, ThreadPoolExecutor
 
     config = config or default_config()
+    registry = _registry()
+    if inputs.shards is not None:  # the checks that read the responses run over the shards
+        from prefdata.checks import batched
+
+        registry.update({c: (_defaults_of(registry[c][0], f), lambda i: {"inputs": i})
+                         for c, f in batched.registry().items()})
     planned: list[Any] = []  # per check, in registry order: its results, a Future of them, or what runs it
     pool: ThreadPoolExecutor | None = None
     try:
-        for check_id, (function, bind) in _registry().items():
+        for check_id, (function, bind) in registry.items():
             if only is not None and check_id not in only:
                 continue
             params = dict(config["checks"].get(check_id) or {})

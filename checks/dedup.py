@@ -253,13 +253,25 @@ def check_exact_duplicates(
     prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts(everything))
     del prompt_key
     pair_first = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything))
-    dup_pair = pair_first != rows
     del pair_key
+    return exact_duplicates_result(pairs["id"], prompt_first, pair_first, max_share=max_share,
+                                   fail_on_repeated_prompts=fail_on_repeated_prompts)
+
+
+def exact_duplicates_result(ids: pl.Series, prompt_first: np.ndarray, pair_first: np.ndarray, *, max_share: float,
+                            fail_on_repeated_prompts: bool) -> CheckResult:
+    """check_exact_duplicates' result from each row's first copy of its prompt and of its whole
+    pair (row numbers; the row itself when it is the first). A batched run (checks/batched.py)
+    finds those over shards and builds its result here too."""
+    check_id = "exact_duplicates"
+    ids = ids.cast(pl.String)
+    rows = np.arange(ids.len())
+    dup_pair = pair_first != rows
     dup_prompt = prompt_first != rows
     offending_mask = dup_pair | dup_prompt if fail_on_repeated_prompts else dup_pair
-    offending = tuple(pairs["id"].cast(pl.String).filter(pl.Series(offending_mask)).to_list())
+    offending = tuple(ids.filter(pl.Series(offending_mask)).to_list())
 
-    n = pairs.height
+    n = ids.len()
     n_dup_pairs = int(dup_pair.sum())
     n_dup_prompts = int(dup_prompt.sum())
     metric = len(offending) / n
@@ -272,8 +284,8 @@ def check_exact_duplicates(
         "n_repeated_prompt_groups": int(_sorted_unique(prompt_first[dup_prompt]).size),
         "fail_on_repeated_prompts": fail_on_repeated_prompts,
         # the first few offending rows, each with the row it repeats (the report shows them side by side)
-        "examples": [{"id": str(pairs["id"][int(i)]),
-                      "duplicate_of": str(pairs["id"][int(pair_first[i] if dup_pair[i] else prompt_first[i])])}
+        "examples": [{"id": str(ids[int(i)]),
+                      "duplicate_of": str(ids[int(pair_first[i] if dup_pair[i] else prompt_first[i])])}
                      for i in np.flatnonzero(offending_mask)[:MAX_EXAMPLES]],
     }
     message = (
@@ -366,12 +378,20 @@ def check_near_duplicates(
     )
     if on_block is not None:
         derived[EXACT_KEYS] = (pairs, prompt_key, pair_key)
-    ids = pairs["id"].cast(pl.String)
+    return near_duplicates_result(pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
+                                  scope=scope, max_share=max_share)
+
+
+def near_duplicates_result(ids: pl.Series, found: NearDuplicates, *, threshold: float, num_perm: int, ngram: int,
+                           scope: str, max_share: float) -> CheckResult:
+    """check_near_duplicates' result from the engine's clusters (a batched run builds it here too)."""
+    check_id = "near_duplicates"
+    ids = ids.cast(pl.String)
     flagged = found.flagged
     offending = tuple(ids.filter(pl.Series(flagged)).to_list())
     clusters = found.clusters()
     sample = sorted(clusters, key=lambda c: (-c.size, c[0]))[:MAX_SAMPLE_CLUSTERS]
-    n = pairs.height
+    n = ids.len()
     metric = len(offending) / n
     details = {
         "n_rows": n,

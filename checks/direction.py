@@ -9,6 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from prefdata.checks.base import CheckResult, skip
+from prefdata.checks.frames import has_text, text_chars
 
 CHECK_ID = "label_direction"
 # Seed checklist item 8; 0.6 is the same floor the seed uses for agreement (item 4).
@@ -21,9 +22,9 @@ def longer_wins(pairs: pl.DataFrame) -> float | None:
     chosen side is longer (in characters), among pairs whose sides differ in length. The baseline a
     scorer's agreement should beat (RewardBench users compute it by hand); None when no pair has
     sides of different lengths."""
-    if pairs.height == 0 or not {"chosen", "rejected"} <= set(pairs.columns):
+    if pairs.height == 0 or not (has_text(pairs, "chosen") and has_text(pairs, "rejected")):
         return None
-    c, r = pl.col("chosen").fill_null("").str.len_chars(), pl.col("rejected").fill_null("").str.len_chars()
+    c, r = text_chars(pairs, "chosen").fill_null(0), text_chars(pairs, "rejected").fill_null(0)
     counts = pairs.select(longer=(c > r).sum(), shorter=(c < r).sum()).row(0)
     return counts[0] / (counts[0] + counts[1]) if counts[0] + counts[1] else None
 

@@ -27,6 +27,20 @@ def ids(frame: pl.DataFrame, mask: np.ndarray | pl.Series | pl.Expr, limit: int 
     return tuple(frame.select(picked if limit is None else picked.head(limit)).to_series().to_list())
 
 
+def text_chars(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """The length in characters of a text column, null where the text is null: from the text, or,
+    in a frame that carries `<column>_chars` instead of the text (a batched run's thin frame,
+    checks/batched.py, which leaves the long responses in their shards), from that column."""
+    if column not in frame.columns and f"{column}_chars" in frame.columns:
+        return pl.col(f"{column}_chars").cast(pl.Int64).alias(column)
+    return pl.col(column).cast(pl.String).str.len_chars().cast(pl.Int64).alias(column)
+
+
+def has_text(frame: pl.DataFrame, column: str) -> bool:
+    """Does `frame` have `column`, as text or as its lengths (`text_chars`)?"""
+    return column in frame.columns or f"{column}_chars" in frame.columns
+
+
 def len_bytes(texts: pl.Series) -> np.ndarray:
     """UTF-8 bytes of each text (0 for null), as int64."""
     return texts.str.len_bytes().fill_null(0).cast(pl.Int64).to_numpy()

@@ -44,6 +44,7 @@ from typing import Any
 import polars as pl
 
 from prefdata.checks.base import CheckResult
+from prefdata.checks.frames import has_text, text_chars
 
 CHECK_PREFIX = "gx"
 DEFAULT_MAX_LENGTH_RATIO = 2.0
@@ -58,7 +59,7 @@ _NULL_ID = "<null id>"
 def length_ratios(pairs: pl.DataFrame) -> pl.Series:
     """Longer / shorter response length in characters per row; EMPTY_SIDE_RATIO when a side is empty,
     null when a side is null (the not-null rules report those)."""
-    chosen, rejected = pl.col("chosen").str.len_chars(), pl.col("rejected").str.len_chars()
+    chosen, rejected = text_chars(pairs, "chosen"), text_chars(pairs, "rejected")
     longer, shorter = pl.max_horizontal(chosen, rejected), pl.min_horizontal(chosen, rejected)
     ratio = (
         pl.when(chosen.is_null() | rejected.is_null())
@@ -97,7 +98,7 @@ def _category_codes(pairs: pl.DataFrame, categories: list[str]) -> tuple[pl.Expr
 def _to_pandas(pairs: pl.DataFrame, category: pl.Expr | None) -> Any:
     """The numbers GX validates (see the module docstring), as a pandas frame indexed by row number.
     Only these cross the boundary: ~40 bytes a row instead of the text."""
-    columns = [pl.col(c).cast(pl.String).str.len_chars().cast(pl.Int64).alias(f"{c}_chars") for c in REQUIRED_COLUMNS]
+    columns = [text_chars(pairs, c).alias(f"{c}_chars") for c in REQUIRED_COLUMNS]
     columns.append(pl.col("id").cast(pl.String).rank("dense").cast(pl.Int64).alias("id_key"))
     if category is not None:
         columns.append(category)
@@ -199,7 +200,7 @@ def run_expectations(
 
     With docs_dir, GX's Data Docs (index.html and pages) are written there.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in pairs.columns]
+    missing = [c for c in REQUIRED_COLUMNS if not has_text(pairs, c)]
     if missing:
         return [CheckResult(CHECK_PREFIX, "error", message=f"pairs frame lacks columns {missing}")]
     use_categories = categories if categories is not None and "category" in pairs.columns else None

@@ -656,6 +656,12 @@ def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch
     # (a shared reply puts them in one bucket band after band, and a big bucket's star keeps its
     # centre), and each pair is screened and verified at most once.
     a, b = _distinct_edges(buckets, m)
+    prefetch = getattr(texts, "prefetch", None)
+    if prefetch is not None and a.size:  # texts read from disk (checks/shards.py): fetch every row
+        # verification may need in one pass, not a pass per batch of edges
+        kept = np.concatenate([screen(a[s0:s0 + VERIFY_BATCH], b[s0:s0 + VERIFY_BATCH])
+                               for s0 in range(0, a.size, VERIFY_BATCH)])
+        prefetch(first_rows[np.unique(np.concatenate([a[kept], b[kept]]))])
     uf = _UnionFind(m)
     n_checked = n_verified = n_candidates = 0
     for s0 in range(0, a.size, VERIFY_BATCH):

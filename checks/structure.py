@@ -32,7 +32,7 @@ from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front
 from prefdata.records import normalise_expr
 
 from .base import CheckResult, skip
-from .frames import ids
+from .frames import has_text, ids, text_chars
 
 # Item 3: "chosen / rejected 长度比 ≤ 2" -- the longer side at most twice the shorter.
 DEFAULT_MAX_LENGTH_RATIO = 2.0
@@ -164,8 +164,8 @@ def _side_lengths(pairs: pl.DataFrame, lengths: tuple[pl.Series, pl.Series] | No
         return (pl.Series("chosen_len", chosen, dtype=pl.Float64, strict=False),
                 pl.Series("rejected_len", rejected, dtype=pl.Float64, strict=False))
     out = pairs.select(
-        pl.col("chosen").cast(pl.String).str.len_chars().cast(pl.Float64).alias("chosen_len"),
-        pl.col("rejected").cast(pl.String).str.len_chars().cast(pl.Float64).alias("rejected_len"),
+        text_chars(pairs, "chosen").cast(pl.Float64).alias("chosen_len"),
+        text_chars(pairs, "rejected").cast(pl.Float64).alias("rejected_len"),
     )
     return out["chosen_len"], out["rejected_len"]
 
@@ -203,7 +203,7 @@ def check_length_ratio(
     infinite ones are counted in `n_infinite`. `unit` is "chars", or "given" when `lengths` is passed.
     """
     check_id = "length_ratio"
-    if lengths is None and not {"chosen", "rejected"} <= set(pairs.columns):
+    if lengths is None and not (has_text(pairs, "chosen") and has_text(pairs, "rejected")):
         return skip(check_id, "pairs need `chosen` and `rejected` columns (or pass lengths=(chosen, rejected))",
                     max_violation_share)
     if pairs.height == 0:
@@ -602,21 +602,24 @@ def check_sft_subset(
             details={"n_train_pairs": n_train, "n_sft_rows": 0, "n_usable": 0, "n_offending": 0},
         )
     rows = _train(sft)
-    if "completion" not in rows.columns:
+    # a batched run's thin frames (checks/batched.py) carry blank flags and hashes, not the texts
+    thin_sft = "completion" not in rows.columns and "completion_blank" in rows.columns
+    if "completion" not in rows.columns and not thin_sft:
         return CheckResult(
             check_id, "fail", metric=0.0, threshold=min_ratio,
             message=f"the SFT subset has no `completion` column (columns: {', '.join(rows.columns)})",
             details={"n_train_pairs": n_train, "n_sft_rows": rows.height, "n_usable": 0, "n_offending": 0},
         )
-    empty = rows.select(_blank("completion")).to_series()
+    empty = rows.select(pl.col("completion_blank") if thin_sft else _blank("completion")).to_series()
     offending = ids(rows, empty)
     n_usable = rows.height - int(empty.sum())
     details: dict[str, Any] = {"n_train_pairs": n_train, "n_sft_rows": rows.height, "n_usable": n_usable,
                                "n_empty_completion": len(offending), "n_offending": len(offending)}
-    if "chosen" in pairs.columns:  # compared by 64-bit hash: is_in over long texts is slow
-        chosen = _train(pairs).select(pl.col("chosen").cast(pl.String).hash().unique().implode()).to_series()
-        details["n_not_chosen"] = int(rows.select(
-            (~empty & ~pl.col("completion").cast(pl.String).hash().is_in(chosen)).sum()).item())
+    if "chosen" in pairs.columns or "chosen_hash" in pairs.columns:  # by 64-bit hash: is_in over long texts is slow
+        chosen_hash = pl.col("chosen_hash") if "chosen" not in pairs.columns else pl.col("chosen").cast(pl.String).hash()
+        completion_hash = pl.col("completion_hash") if thin_sft else pl.col("completion").cast(pl.String).hash()
+        chosen = _train(pairs).select(chosen_hash.unique().implode()).to_series()
+        details["n_not_chosen"] = int(rows.select((~empty & ~completion_hash.is_in(chosen)).sum()).item())
     metric = n_usable / n_train
     status = _status(metric < min_ratio)
     message = (f"SFT subset: {n_usable} usable rows for {n_train} train pairs (ratio {metric:.2f}, "

@@ -277,6 +277,8 @@ def check(
     max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (default: the config's, 1024).", min=1)] = None,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
+    batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
+                                                 "at a time, from temporary shards (bounds memory).", min=1)] = 1_000_000,
     store: StoreOpt = None,
 ) -> int:
     """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""
@@ -301,7 +303,8 @@ def check(
         except ValueError as exc:
             raise UnusableInput(f"--tokenizer {exc}") from None
     inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
-                               scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None)
+                               scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None,
+                               batch_rows=batch_rows)
     inputs.tokenizer = loaded_tokenizer
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
     _write_json(json_path, {**outcome.report, "input": info})

@@ -42,20 +42,6 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
             raise UnusableInput(f"check {result.id} could not run: {result.message}")
         for row_id in result.offending:
             reason_of.setdefault(row_id, result.id)
-    pairs = inputs.pairs
-    dropped = pairs["id"].is_in(list(reason_of))
-    quarantine = [
-        {"id": row["id"], "reason": f"check:{reason_of[row['id']]}", "detail": f"flagged by {reason_of[row['id']]}",
-         "row": None, "raw": row}
-        for row in pairs.filter(dropped).iter_rows(named=True)
-    ]
-    kept = pairs.filter(~dropped)
-    reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)
-    counts = {"read": pairs.height, "kept": kept.height, "quarantined": len(quarantine), "pairs": kept.height,
-              "unresolved": {}, "reasons": dict(reasons.iter_rows()) if quarantine else {}, "format": "filtered"}
-    if counts["read"] != counts["kept"] + counts["quarantined"]:  # a bug, never the user's input
-        raise RuntimeError(f"filter counts do not reconcile: read {counts['read']} != kept {counts['kept']} "
-                           f"+ quarantined {counts['quarantined']}")
     lineage = {
         "parent": parent.ref,
         "sources": parent.manifest["lineage"].get("sources", []),
@@ -70,6 +56,45 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
         lineage["components"]["filter"]["votes"] = {"path": str(votes),
                                                     "sha256": hashlib.sha256(Path(votes).read_bytes()).hexdigest()}
         own_votes = store.load(parent.ref, "votes") if "votes" in parent.manifest["counts"]["rows"] else None
-    child = store.create(name or parent.name, tables_for(kept, inputs.comparisons, own_votes),
-                         quarantine=quarantine, counts=counts, lineage=lineage, guidelines=inputs.card_text)
-    return child, counts
+    quarantine: list[dict[str, Any]] = []
+    read = kept = 0
+    done: dict[str, Any] = {}
+    flagged = pl.Series(list(reason_of), dtype=pl.String).implode()
+
+    def batches():  # the pairs a frame at a time: the whole frame, or each shard of a sharded version
+        nonlocal read, kept
+        frames = [inputs.pairs] if inputs.shards is None else (frame for _, frame in inputs.shards.frames())
+        for pairs in frames:
+            dropped = pairs.select(pl.col("id").cast(pl.String).is_in(flagged)).to_series()
+            quarantine.extend(
+                {"id": row["id"], "reason": f"check:{reason_of[row['id']]}",
+                 "detail": f"flagged by {reason_of[row['id']]}", "row": None, "raw": row}
+                for row in pairs.filter(dropped).iter_rows(named=True))
+            read, kept = read + pairs.height, kept + pairs.height - int(dropped.sum())
+            yield tables_for(pairs.filter(~dropped))
+
+    def ending():
+        reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)
+        counts = {"read": read, "kept": kept, "quarantined": len(quarantine), "pairs": kept,
+                  "unresolved": {}, "reasons": dict(reasons.iter_rows()) if quarantine else {}, "format": "filtered"}
+        if counts["read"] != counts["kept"] + counts["quarantined"]:  # a bug, never the user's input
+            raise RuntimeError(f"filter counts do not reconcile: read {counts['read']} != kept {counts['kept']} "
+                               f"+ quarantined {counts['quarantined']}")
+        done["counts"] = counts
+        extra = {}  # as tables_for places them
+        if inputs.comparisons is not None:
+            extra["comparisons"] = {"train": inputs.comparisons}
+        if own_votes is not None:
+            extra["votes"] = {"train": own_votes}
+        return extra, quarantine, counts, lineage
+
+    n_batches = 1 if inputs.shards is None else len(inputs.shards.paths)
+    if inputs.shards is None:  # one frame: its tables and the rest together, as `create` writes them
+        tables = next(batches())
+        extra, _, counts, _ = ending()
+        child = store.create(name or parent.name, {**tables, **extra}, quarantine=quarantine, counts=counts,
+                             lineage=lineage, guidelines=inputs.card_text)
+        return child, counts
+    child = store.create_sharded(name or parent.name, batches(), ending, n_batches=n_batches,
+                                 guidelines=inputs.card_text)
+    return child, done["counts"]

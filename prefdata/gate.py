@@ -66,13 +66,16 @@ def load_inputs(
     scorer: str | None = None,
     store: str | None = None,
     docs_dir: Path | None = None,
+    batch_rows: int | None = None,
 ):
-    """DATA is a file `prefdata import` reads, or a store version NAME@VERSION."""
+    """DATA is a file `prefdata import` reads, or a store version NAME@VERSION. A Parquet file of
+    more than `batch_rows` rows (default columnar.BATCH_ROWS), or a version written in shards, is
+    checked shard by shard (checks/batched.py)."""
     from prefdata.checks.checklist import CheckInputs
 
     info: dict[str, Any] = {"data": data}
     read: dict[str, Any] = {}
-    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read)
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows)
     eval_pairs = None
     if eval_data is not None:
         eval_pairs = _load_dataset(eval_data, None, store, {})[0]
@@ -80,10 +83,14 @@ def load_inputs(
         pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
         card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
-        lost=read.get("lost"), rows_read=read.get("rows"),
+        lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"),
     )
     if scorer:
-        from prefdata.scoring import verdicts_for
+        from prefdata.scoring import parse_spec, verdicts_for
+
+        if inputs.shards is not None and parse_spec(scorer)[0] != "verdicts":
+            raise UnusableInput(f"--scorer {scorer}: a dataset of {inputs.shards.n} pairs is checked shard by shard, "
+                                "where only verdicts:FILE is supported; score a sample and pass its verdicts")
 
         inputs.verdicts = verdicts_for(scorer, pairs, comparisons)
         info["scorer"] = scorer
@@ -91,10 +98,18 @@ def load_inputs(
 
 
 def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any],
-                  read: dict[str, Any] | None = None):
+                  read: dict[str, Any] | None = None, batch_rows: int | None = None):
     if Path(data).exists():
-        from prefdata.importer import import_file
+        from prefdata.importer import import_file, import_file_to_shards
 
+        if read is not None:  # the file under check: a big one is imported into temporary shards
+            sharded = import_file_to_shards(data, votes=votes, batch_rows=batch_rows)
+            if sharded is not None:
+                result, shards = sharded
+                info["import"] = result.summary()
+                info["left_out"] = _left_out(result, votes)
+                read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read, shards=shards)
+                return _thin(shards), None, result.votes, None, None, {"sources": result.sources}
         result = import_file(data, votes=votes)
         info["import"] = result.summary()
         info["left_out"] = _left_out(result, votes)
@@ -113,6 +128,15 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
     def table(config: str):
         return st.load(v.ref, config) if config in configs else None
 
+    shards = _version_shards(st, v, "default") if read is not None else None
+    if shards is not None:  # a version written in shards (a big import) is checked shard by shard
+        from prefdata.checks.batched import thin_sft
+
+        read["shards"] = shards
+        sft = _version_shards(st, v, "sft")
+        pairs, vote_frame = _thin(shards), table("votes")
+        return (pairs, table("comparisons"), vote_frame, _thin(sft, thin_sft) if sft is not None else None,
+                st.read_text(v.ref, "README.md"), v.manifest.get("lineage"))
     pairs, vote_frame = st.load(v.ref), table("votes")
     if votes is not None:  # a label audit's votes (`argilla pull` of `argilla push NAME@VERSION`) replace its own
         from prefdata.argilla.audit import read_audit_votes
@@ -121,6 +145,29 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
         info["votes"] = {"path": str(votes), "votes": vote_frame.height, "pairs": vote_frame["pair_id"].n_unique()}
     return (pairs, table("comparisons"), vote_frame, table("sft"), st.read_text(v.ref, "README.md"),
             v.manifest.get("lineage"))
+
+
+def _version_shards(st, v, config: str):
+    """The Parquet shards of a version's table when it was written in several batches (a big import:
+    `<split>-<k>-of-<n>.parquet` with n > 1), else None."""
+    import re
+
+    from prefdata.checks.shards import Shards
+    from prefdata.store import CONFIG_DIRS
+
+    folder = CONFIG_DIRS[config] + "/"
+    files = sorted(rel for rel in v.manifest["files"] if rel.startswith(folder))
+    batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
+    if not any(found and int(found[1]) > 1 for found in batches):
+        return None
+    root = st._dir(v.name, v.version)
+    return Shards([f"{root}/{rel}" for rel in files], fs=None if st.local else st.fs)
+
+
+def _thin(shards, shape=None):
+    from prefdata.checks.batched import thin, thin_frame
+
+    return thin_frame(shards, shape or thin)
 
 
 def lost_at_read(result, votes: Path | None = None) -> pl.DataFrame:
@@ -170,6 +217,18 @@ def plots_for(inputs, results) -> dict[str, Any]:
     return plots
 
 
+def _example_pairs(inputs, results):
+    """The pairs report.html shows rows of: the checked frame, or for a batched run (whose frame has
+    no responses) the rows the report shows, read back from the shards."""
+    if inputs.shards is None:
+        return inputs.pairs
+    from prefdata.report import PAIR_FIELDS, example_ids
+
+    wanted = pl.Series(sorted(example_ids(results)), dtype=pl.String).implode()
+    rows = inputs.pairs.select(pl.arg_where(pl.col("id").cast(pl.String).is_in(wanted))).to_series().to_numpy()
+    return inputs.shards.gather(rows, ["id", *PAIR_FIELDS])
+
+
 def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir: Path | None = None,
              title: str = "prefdata checklist") -> GateOutcome:
     from prefdata.checks.checklist import gate, run_checklist, strictly
@@ -180,6 +239,6 @@ def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir
         results = strictly(results)
     passed = gate(results)
     report = report_json(results, passed, report_dir)  # names the complete offending lists written below
-    written = (write_reports(results, report_dir, plots_for(inputs, results), title, pairs=inputs.pairs)
+    written = (write_reports(results, report_dir, plots_for(inputs, results), title, pairs=_example_pairs(inputs, results))
                if report_dir else {})  # the pairs: report.html shows failing checks' example pairs
     return GateOutcome(passed, results, report, written)

@@ -324,3 +324,47 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
 
     version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines)
     return finished[0], version
+
+
+def import_file_to_shards(
+    src: str | Path,
+    *,
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    aggregate: str = "majority",
+    batch_rows: int | None = None,
+) -> tuple[ImportResult, Any] | None:
+    """A Parquet file of more than one batch of rows, imported into temporary Parquet shards (one
+    per batch, removed when the process exits) for a batched checklist run (checks/batched.py):
+    the result (its `pairs` holds only the kept ids) and the shards (checks/shards.py Shards).
+    None when the file is one batch, or not one the columnar path takes: import it in memory."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from prefdata.checks.shards import Shards
+
+    path = Path(src)
+    opened = convert_batches(path, "auto", max_text_bytes, batch_rows or BATCH_ROWS)
+    if opened is None or opened.n_batches < 2:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="prefdata-shards-"))
+    atexit.register(shutil.rmtree, folder, True)
+    ids: list[pl.Series] = []
+    quarantine: list[dict[str, Any]] = []
+    paths: list[str] = []
+    try:
+        for k, (kept, rejected) in enumerate(opened.batches):
+            ids.append(kept["id"])
+            quarantine.extend(rejected)
+            if kept.height:
+                paths.append(str(folder / f"pairs-{k:05d}.parquet"))
+                kept.write_parquet(paths[-1], compression="lz4")  # read back once or twice: fast, not small
+    except MixedIds:
+        paths = []
+    if not paths:  # ids on some rows only, or nothing kept: the in-memory import says what happened
+        shutil.rmtree(folder, True)
+        return None
+    result = _finish(path, opened.format, pl.DataFrame({"id": pl.concat(ids)}), [], [], quarantine, opened.read,
+                     votes, aggregate)
+    return result, Shards(paths)

@@ -72,6 +72,16 @@ def duplicate_examples(r: CheckResult) -> list[tuple[str, str]]:
     return []
 
 
+def example_ids(results: Sequence[CheckResult]) -> set[str]:
+    """The ids the reports show rows of: the first LOOKUP_IDS offending ids of each failing check
+    and the rows its duplicates repeat."""
+    wanted: set[str] = set()
+    for r in filter(_shows_examples, results):
+        wanted.update(r.offending[:LOOKUP_IDS])
+        wanted.update(i for pair in duplicate_examples(r) for i in pair)
+    return wanted
+
+
 def example_rows(results: Sequence[CheckResult], pairs: Any) -> dict[str, dict[str, Any]]:
     """id -> its row (the first with that id) for every id the reports show: the first LOOKUP_IDS
     offending ids of each failing check and the rows duplicates repeat. One pass over the frame."""
@@ -79,13 +89,9 @@ def example_rows(results: Sequence[CheckResult], pairs: Any) -> dict[str, dict[s
         return {}
     import polars as pl
 
-    wanted: set[str] = set()
-    for r in filter(_shows_examples, results):
-        wanted.update(r.offending[:LOOKUP_IDS])
-        wanted.update(i for pair in duplicate_examples(r) for i in pair)
     keep = [c for c in ("id", *PAIR_FIELDS) if c in pairs.columns]
     found = (pairs.select(keep).with_columns(pl.col("id").cast(pl.String))
-             .filter(pl.col("id").is_in(sorted(wanted))).unique("id", keep="first", maintain_order=True))
+             .filter(pl.col("id").is_in(sorted(example_ids(results)))).unique("id", keep="first", maintain_order=True))
     return {row["id"]: row for row in found.iter_rows(named=True)}
 
 

@@ -1,0 +1,183 @@
+"""The checklist over pairs that do not fit in memory: the pairs stay in Parquet shards (a store
+version's data files, or a big file imported batch by batch), and what the checks hold is a *thin*
+frame: every column but the two responses, with their lengths and a hash of the chosen one instead
+(`thin`; checks/frames.py `text_chars` reads those). At 10M realistic pairs that is ~2 GB instead
+of ~14 GB.
+
+How each check runs (run_checklist swaps in these functions when CheckInputs.shards is set):
+- row-local checks that read the responses (ROW_LOCAL) run shard by shard, each the very check
+  function, and their results combine: offending ids in row order, metric = offending / rows, the
+  same threshold rule, details merged (counts summed, examples cut to the same length);
+- near and exact duplicates run their engines over the shards (checks/shards.py ShardTexts): the
+  texts are prepared a block at a time, and only the rows verification needs are read again;
+- every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
+  label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
+
+tests/test_batched.py checks that each status, metric and offending list equals the in-memory run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .base import CheckResult
+from .frames import text_chars
+
+RESPONSES = ("chosen", "rejected")  # what stays in the shards
+ROW_LOCAL = ("degenerate_pairs", "answer_leakage", "safety", "template_fit")
+SHARD_KEYS = "batched.exact_keys"  # CheckInputs.derived: near_duplicates' (prompt, pair) hashes for exact
+
+
+def thin(frame: pl.DataFrame) -> pl.DataFrame:
+    """A shard's rows without their responses: their lengths (`<side>_chars`, null where null)
+    and the chosen text's 64-bit hash (`chosen_hash`, for sft_subset) instead."""
+    extra = [text_chars(frame, side).alias(f"{side}_chars") for side in RESPONSES if side in frame.columns]
+    if "chosen" in frame.columns:
+        extra.append(pl.col("chosen").cast(pl.String).hash().alias("chosen_hash"))
+    return frame.select(pl.exclude(*RESPONSES), *extra)
+
+
+def thin_sft(frame: pl.DataFrame) -> pl.DataFrame:
+    """An SFT shard without its texts: whether each completion is blank, and its 64-bit hash."""
+    from .structure import _blank
+
+    if "completion" not in frame.columns:
+        return frame
+    return frame.select(pl.exclude("prompt", "completion"), completion_blank=_blank("completion").fill_null(True),
+                        completion_hash=pl.col("completion").cast(pl.String).hash())
+
+
+def thin_frame(shards: Any, shape: Callable[[pl.DataFrame], pl.DataFrame] = thin) -> pl.DataFrame:
+    """Every shard, thinned, stacked in order."""
+    return pl.concat([shape(frame) for _, frame in shards.frames()], how="diagonal_relaxed")
+
+
+# -- row-local checks, shard by shard ---------------------------------------------------------------
+
+
+def _merge(values: list[Any]) -> Any:
+    """Shards' details merged: counts summed, mappings merged key by key, lists (examples) joined
+    and cut to the longest any shard gave (each shard cut its own at the same limit), other values
+    (parameters, names) the first shard's; a float that differs between shards, its largest."""
+    first = values[0]
+    if isinstance(first, bool) or first is None or isinstance(first, str):
+        return first
+    if isinstance(first, int):
+        return sum(v for v in values if isinstance(v, int))
+    if isinstance(first, float):
+        return max(v for v in values if isinstance(v, (int, float)))
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(k for v in values if isinstance(v, dict) for k in v))
+        return {k: _merge([v[k] for v in values if isinstance(v, dict) and k in v]) for k in keys}
+    if isinstance(first, (list, tuple)):
+        limit = max(len(v) for v in values)
+        return [x for v in values for x in v][:limit]
+    return first
+
+
+def combine(check_id: str, results: list[CheckResult], n_rows: int) -> CheckResult:
+    """The shards' results of one row-local check as the result on all `n_rows` rows."""
+    errors = [r for r in results if r.status == "error"]
+    if errors:
+        return errors[0]
+    ran = [r for r in results if r.status != "skip"]
+    if not ran:
+        return results[0]
+    offending = tuple(i for r in ran for i in r.offending)
+    threshold = ran[0].threshold or 0.0
+    metric = len(offending) / n_rows if n_rows else 0.0
+    status = "fail" if metric > threshold else "pass"
+    details = _merge([r.details for r in ran])
+    details["shards"] = len(results)
+    message = (f"{len(offending)} of {n_rows} rows offend ({metric:.2%}; allowed share {threshold:g}), "
+               f"checked shard by shard over {len(results)} shards")
+    return CheckResult(check_id, status, metric, ran[0].threshold, offending, message, details)
+
+
+def _row_local(check_id: str, function: Callable[..., CheckResult],
+               bind: Callable[[Any, pl.DataFrame, bool], dict[str, Any]]) -> Callable[..., CheckResult]:
+    def run(inputs: Any, **params: Any) -> CheckResult:
+        shards = inputs.shards
+        results, rows = [], 0
+        for k, (_, frame) in enumerate(shards.frames()):
+            last = k == len(shards.paths) - 1
+            results.append(function(**{**params, **bind(inputs, frame, last)}))  # data over defaults
+            rows += frame.height
+        if check_id == "degenerate_pairs":  # rows lost at read are its pairs too (given with the last shard)
+            from .checklist import lost_for
+
+            lost = lost_for(inputs, check_id)
+            rows += lost.height if lost is not None else 0
+        return combine(check_id, results, rows)
+
+    return run
+
+
+def _degenerate(inputs: Any, frame: pl.DataFrame, last: bool) -> dict[str, Any]:
+    from .checklist import lost_for
+
+    return {"pairs": frame, "comparisons": inputs.comparisons, "lost": lost_for(inputs, "degenerate_pairs") if last else None}
+
+
+# -- duplicates over the shards -------------------------------------------------------------------
+
+
+def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, scope: str, *, max_share: float,
+                    seed: int) -> CheckResult:
+    from .dedup import _exact_keys, _lsh_split, near_duplicates_result
+    from .minhash import VERIFY_BYTES, _find_near_duplicates
+    from .shards import ShardTexts
+
+    columns = ["prompt"] if scope == "prompt" else ["prompt", *RESPONSES]
+    n = inputs.shards.n
+    on_block = None
+    if scope == "pair":
+        prompt_key, pair_key = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
+
+        def on_block(a: int, b: int, parts: list[pl.Series]) -> None:
+            prompt_key[a:b], pair_key[a:b] = _exact_keys(parts)
+
+    found = _find_near_duplicates(
+        ShardTexts(inputs.shards, columns), threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed,
+        bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None, on_block=on_block,
+        verify_bytes=VERIFY_BYTES)
+    if on_block is not None:
+        inputs.derived[SHARD_KEYS] = (prompt_key, pair_key)
+    return near_duplicates_result(inputs.pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
+                                  scope=scope, max_share=max_share)
+
+
+def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts: bool) -> CheckResult:
+    from .dedup import _first_occurrence_blocked, _same_texts, _Texts, exact_duplicates_result
+    from .shards import ShardTexts, shard_keys
+
+    pair_texts = ShardTexts(inputs.shards, ["prompt", *RESPONSES])
+    keys = inputs.derived.get(SHARD_KEYS)
+    prompt_key, pair_key = keys if keys is not None else shard_keys(pair_texts)
+    # the prompts are in the thin frame: their copies are found in memory, as the in-memory check does
+    prompts = _Texts([inputs.pairs["prompt"]])
+    prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts((0, prompts.n)))
+    pair_first = pair_texts.first_copies(pair_key)
+    return exact_duplicates_result(inputs.pairs["id"], prompt_first, pair_first, max_share=max_share,
+                                   fail_on_repeated_prompts=fail_on_repeated_prompts)
+
+
+def registry() -> dict[str, Callable[..., CheckResult]]:
+    """check id -> its batched function, called with the CheckInputs and the check's parameters."""
+    from .content import check_answer_leakage, check_safety
+    from .structure import check_degenerate_pairs
+    from .template_fit import check_template_fit
+
+    return {
+        "degenerate_pairs": _row_local("degenerate_pairs", check_degenerate_pairs, _degenerate),
+        "answer_leakage": _row_local("answer_leakage", check_answer_leakage, lambda i, f, last: {"pairs": f}),
+        "safety": _row_local("safety", check_safety, lambda i, f, last: {"pairs": f}),
+        "template_fit": _row_local("template_fit", check_template_fit,
+                                   lambda i, f, last: {"pairs": f, "tokenizer": i.tokenizer}),
+        "near_duplicates": near_duplicates,
+        "exact_duplicates": exact_duplicates,
+    }

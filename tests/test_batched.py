@@ -1,0 +1,117 @@
+"""The checklist over shards (checks/batched.py: what `check`, `publish` and `filter` run on data too
+big for memory) gives the in-memory run's results: every status, metric and offending list."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from bench.realistic import make_realistic_pairs
+from prefdata.checks.batched import ROW_LOCAL
+from prefdata.checks.checklist import default_config, run_checklist
+from prefdata.gate import load_inputs
+from prefdata.importer import import_file, import_file_to_store, import_to_store
+from prefdata.store import Store
+
+N = 3_000
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory):
+    """Realistic pairs with every injected fault, a held-out split (split_isolation runs) and
+    exact copies of train prompts in it, written in small row groups."""
+    frame, _ = make_realistic_pairs(N, seed=11)
+    split = pl.Series(["test" if i % 9 == 0 else "train" for i in range(N)])
+    path = tmp_path_factory.mktemp("batched") / "pairs.parquet"
+    frame.with_columns(split=split).write_parquet(path, row_group_size=400)
+    return path
+
+
+def comparable(results) -> dict[str, tuple]:
+    return {r.id: (r.status, round(r.metric, 12) if r.metric is not None else None, tuple(r.offending))
+            for r in results}
+
+
+def assert_same_results(batched, whole) -> None:
+    a, b = comparable(batched), comparable(whole)
+    assert list(a) == list(b)
+    for check_id in b:
+        assert a[check_id] == b[check_id], check_id
+    by_id = {r.id: r for r in whole}
+    for r in batched:  # checks that run once on the thin frame, or the duplicate engines: same details
+        if r.id not in ROW_LOCAL:
+            mine = {k: v for k, v in r.details.items() if k != "seconds"}
+            assert mine == {k: v for k, v in by_id[r.id].details.items() if k != "seconds"}, r.id
+
+
+def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monkeypatch):
+    whole_inputs, _ = load_inputs(str(pairs_file))
+    assert whole_inputs.shards is None
+    monkeypatch.setattr("prefdata.importer.BATCH_ROWS", 700)
+    inputs, info = load_inputs(str(pairs_file))
+    assert inputs.shards is not None and len(inputs.shards.paths) == 5
+    assert "chosen" not in inputs.pairs.columns and inputs.pairs.height == whole_inputs.pairs.height
+    assert info["import"] == import_file(pairs_file).summary()
+    whole = run_checklist(whole_inputs, default_config())
+    batched = run_checklist(inputs, default_config())
+    # the data has every kind of fault: the comparison is not between empty lists
+    failing = {r.id for r in whole if r.status == "fail"}
+    assert {"exact_duplicates", "near_duplicates", "length_ratio", "answer_leakage", "split_isolation",
+            "degenerate_pairs"} <= failing
+    assert_same_results(batched, whole)
+
+
+def test_a_sharded_version_is_checked_in_shards(pairs_file, tmp_path):
+    store = Store(str(tmp_path / "store"))
+    whole_version = import_to_store(import_file(pairs_file), "whole", store)
+    _, sharded = import_file_to_store(pairs_file, "sharded", store, batch_rows=1_000)
+    whole_inputs, _ = load_inputs(whole_version.ref, store=store.url)
+    inputs, _ = load_inputs(sharded.ref, store=store.url)
+    assert whole_inputs.shards is None and len(inputs.shards.paths) == 6  # train and test shards of 3 batches
+    assert "completion" not in inputs.sft.columns  # the SFT subset thinned too
+    assert_same_results(run_checklist(inputs, default_config()), run_checklist(whole_inputs, default_config()))
+
+
+def test_filter_of_a_sharded_version_writes_shards_with_the_same_rows(pairs_file, tmp_path):
+    from polars.testing import assert_frame_equal
+
+    from prefdata.filtering import filter_version
+
+    store = Store(str(tmp_path / "store"))
+    whole_version = import_to_store(import_file(pairs_file), "whole", store)
+    _, sharded = import_file_to_store(pairs_file, "sharded", store, batch_rows=1_000)
+    whole_child, whole_counts = filter_version(store, whole_version.ref)
+    child, counts = filter_version(store, sharded.ref)
+    assert counts == whole_counts and counts["quarantined"] > 0
+    assert len([f for f in child.manifest["files"] if f.startswith("data/")]) == 6
+    for config in ("default", "sft"):
+        assert_frame_equal(store.load(child.ref, config), store.load(whole_child.ref, config))
+    assert store.read_text(child.ref, "quarantine.jsonl") == store.read_text(whole_child.ref, "quarantine.jsonl")
+
+
+def test_cli_check_in_batches_writes_the_same_report(pairs_file, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def check(name: str, *extra: str) -> dict:
+        out = tmp_path / name
+        done = subprocess.run([sys.executable, "-m", "prefdata", "check", str(pairs_file), "--json", str(out / "r.json"),
+                               "--report-dir", str(out), *extra], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PREFDATA_STORE": str(tmp_path / "store")})
+        assert done.returncode == 1, done.stderr  # the gate fails on the injected faults
+        return json.loads((out / "r.json").read_text())
+
+    whole, batched = check("whole"), check("batched", "--batch-rows", "700")
+    assert batched["input"]["import"] == whole["input"]["import"]
+    key = lambda report: [(c["id"], c["status"], c["metric"], c["offending"]) for c in report["checks"]]  # noqa: E731
+    assert key(batched) == key(whole)
+    for listed in (tmp_path / "whole" / "offending").iterdir():  # the complete lists too
+        assert (tmp_path / "batched" / "offending" / listed.name).read_text() == listed.read_text()
+    # report.html shows the example pairs, read back from the shards: the same page but for timings
+    html = [(tmp_path / d / "report.html").read_text() for d in ("whole", "batched")]
+    whole_rows = whole["checks"][[c["id"] for c in whole["checks"]].index("exact_duplicates")]["offending"]
+    assert all(whole_rows[0] in page for page in html)
+    chosen = pl.read_parquet(pairs_file).filter(pl.col("id") == whole_rows[0])["chosen"][0][:40]
+    assert all(chosen in page for page in html)
