@@ -53,7 +53,11 @@ def thin_sft(frame: pl.DataFrame) -> pl.DataFrame:
 
 def thin_frame(shards: Any, shape: Callable[[pl.DataFrame], pl.DataFrame] = thin) -> pl.DataFrame:
     """Every shard, thinned, stacked in order."""
-    return pl.concat([shape(frame) for _, frame in shards.frames()], how="diagonal_relaxed")
+    thinned = []
+    for _, frame in shards.frames():
+        thinned.append(shape(frame))
+        del frame  # before the next shard is read
+    return pl.concat(thinned, how="diagonal_relaxed")
 
 
 # -- row-local checks, shard by shard ---------------------------------------------------------------
@@ -107,6 +111,7 @@ def _row_local(check_id: str, function: Callable[..., CheckResult],
             last = k == len(shards.paths) - 1
             results.append(function(**{**params, **bind(inputs, frame, last)}))  # data over defaults
             rows += frame.height
+            del frame  # before the next shard is read
         if check_id == "degenerate_pairs":  # rows lost at read are its pairs too (given with the last shard)
             from .checklist import lost_for
 

@@ -322,11 +322,15 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     earlier = _Earlier()
 
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
-        for start in starts:
-            frame = pl.scan_parquet(path).slice(start, batch_rows).collect().with_row_index("__row", offset=start + 1)
-            yield _convert_frame(path, frame, start, fmt, id_column, optional, present, max_text_bytes, earlier)
+        for start in starts:  # no name outlives its batch: two batches never share the memory
+            yield _convert_frame(path, _read_batch(path, start, batch_rows), start, fmt, id_column, optional, present,
+                                 max_text_bytes, earlier)
 
     return ColumnarBatches(fmt, rows, len(starts), batches())
+
+
+def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
+    return pl.scan_parquet(path).slice(start, rows).collect().with_row_index("__row", offset=start + 1)
 
 
 def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_column: str, optional: list[str],

@@ -71,7 +71,10 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
                  "detail": f"flagged by {reason_of[row['id']]}", "row": None, "raw": row}
                 for row in pairs.filter(dropped).iter_rows(named=True))
             read, kept = read + pairs.height, kept + pairs.height - int(dropped.sum())
-            yield tables_for(pairs.filter(~dropped))
+            tables = tables_for(pairs.filter(~dropped))
+            del pairs  # before the next shard is read
+            yield tables
+            del tables
 
     def ending():
         reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)

@@ -311,7 +311,10 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
         for kept, rejected in opened.batches:
             ids.append(kept["id"])
             quarantine.extend(rejected)
-            yield tables_for(kept)
+            tables = tables_for(kept)
+            del kept  # before the next batch is read: one batch in memory at a time
+            yield tables
+            del tables
 
     def ending():
         kept_ids = pl.DataFrame({"id": pl.concat(ids)})
@@ -360,6 +363,7 @@ def import_file_to_shards(
             if kept.height:
                 paths.append(str(folder / f"pairs-{k:05d}.parquet"))
                 kept.write_parquet(paths[-1], compression="lz4")  # read back once or twice: fast, not small
+            del kept  # before the next batch is read
     except MixedIds:
         paths = []
     if not paths:  # ids on some rows only, or nothing kept: the in-memory import says what happened

@@ -282,6 +282,7 @@ class Store:
                 shards = _Shards(self, staging, n_batches)
                 for tables in batches:
                     shards.add(tables)
+                    del tables  # before the next batch is made
                 extra, quarantine, counts, lineage = ending()
                 if extra:
                     shards.add(extra, shard=(0, 1))
