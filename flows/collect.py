@@ -28,6 +28,7 @@ from prefect.concurrency.sync import concurrency
 
 from prefdata import collection
 from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
+from prefdata.progress import Stage, chunk_name
 
 CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
 NETWORK_RETRY_DELAYS = [2.0, 10.0, 30.0]    # seconds: Argilla and sampling servers
@@ -158,10 +159,12 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
     runtime = {"base_url": policy.base_url, "requests_in_flight": policy.requests_in_flight,
                "api_key_env": policy.api_key_env}
     futures = []
-    for chunk in collection.chunks(prompts, policy.chunk_size):
+    chunks = collection.chunks(prompts, policy.chunk_size)
+    for i, chunk in enumerate(chunks, 1):  # runs named "sample i/N": the UI and `prefdata collect` read N there
         params = SamplingParams(policy.temperature, policy.top_p, policy.top_k, policy.max_new_tokens,
                                 collection.chunk_seed(policy.seed, chunk)).as_dict()
-        futures.append(sampler.submit(chunk, model, revision, policy.candidates, params, runtime))
+        futures.append(sampler.with_options(task_run_name=chunk_name("sample", i, len(chunks)))
+                       .submit(chunk, model, revision, policy.candidates, params, runtime))
     groups = [group for f in futures for group in f.result()]
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
     logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
@@ -171,7 +174,9 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
     runtime = {k: getattr(judge, k) for k in ("base_url", "requests_in_flight", "timeout_s", "max_retries",
                                               "api_key_env", "limit_name", "slot_timeout_s")}
     items = [{k: c[k] for k in ("prompt", "response_a", "response_b", "pair_id")} for c in comparisons]
-    futures = [judger.submit(chunk, judge.identity(), runtime) for chunk in collection.chunks(items, judge.chunk_size)]
+    chunks = collection.chunks(items, judge.chunk_size)
+    futures = [judger.with_options(task_run_name=chunk_name("judge", i, len(chunks)))
+               .submit(chunk, judge.identity(), runtime) for i, chunk in enumerate(chunks, 1)]
     verdicts = [v for f in futures for v in f.result()]
     return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts}
 
@@ -241,6 +246,11 @@ def argilla_votes(queue: list[dict], spec, guidelines: str | None) -> list[dict]
 
 
 # -- the flow --------------------------------------------------------------------------------------
+
+# The flow's stages as `prefdata collect` shows them while it runs (flows/progress.py), by task name.
+STAGES = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",), "chunks"),
+          Stage("judge", ("judge",), "chunks"), Stage("humans", ("simulate-votes", "argilla-push", "argilla-pull")),
+          Stage("write draft", ("write-draft",))]
 
 
 @task(name="load-prompts")

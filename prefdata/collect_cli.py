@@ -2,8 +2,10 @@
 
 A thin command over the collect flow (prefdata/flows/collect.py): it turns three specs into the
 flow's parameters (prefdata/flows/params.py) and runs it, with its caching and resume: a rerun with
-the same prompts, policy and judge takes every sampled and judged chunk from --cache-dir. Only
-typer at import; Prefect, torch and the flow load inside the command (`prefdata --help` stays fast).
+the same prompts, policy and judge takes every sampled and judged chunk from --cache-dir. While it
+runs, stderr shows each stage's progress, read from the run's task runs in Prefect's API
+(prefdata/flows/progress.py); stdout holds the run's result. Only typer at import; Prefect, torch
+and the flow load inside the command (`prefdata --help` stays fast).
 """
 
 from __future__ import annotations
@@ -123,18 +125,29 @@ def collect_command(
     except ValidationError as exc:
         error = exc.errors()[0]
         raise UnusableInput(f"{'.'.join(map(str, error['loc'])) or 'collect'}: {error['msg']}") from None
-    from prefdata.flows.collect import collect
+    from prefdata.flows.collect import STAGES, collect
+    from prefdata.flows.progress import followed
+    from prefdata.progress import display
+    from transformers.utils import logging as hf_logging
 
+    # the stages' progress below replaces the libraries' own bars ("Loading weights" on every model load),
+    # here and in worker processes (which read the variable when they import huggingface_hub)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hf_logging.disable_progress_bar()
     say(f"collect: prompts {prompts}, policy {policy_fields['model']}"
         f"{' at ' + policy_fields['base_url'] if 'base_url' in policy_fields else ''}, judge {judge}, "
         f"humans {humans}; cache {cache_dir}")
     say("sample + judge: running (finished chunks come from the cache)...")
-    result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
+    # Each stage's progress on stderr while the flow runs, read from its task runs in Prefect's API;
+    # --humans queue only writes a file (no task, nothing to follow).
+    stages = [s for s in STAGES if s.label != "humans" or humans == "argilla"]
+    with followed(stages, display(stages)):
+        result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
     verdicts = result["judge"]
     say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
     say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")
     say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}")
-    say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes'].items()) or 'nothing'}")
+    say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
     say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
     say(f"draft: {result['version']}")
     if json_path is not None:

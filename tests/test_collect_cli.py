@@ -4,6 +4,7 @@ rule judges, Prefect's test server runs it), its cache on a rerun, and one-line 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -67,6 +68,97 @@ def test_collect_makes_a_draft_and_a_rerun_hits_the_cache(prefect_api, tiny_llam
     again = json.loads((tmp_path / "run.json").read_text())
     assert calls["sample"] == 1  # the rerun sampled nothing: every chunk came from the cache
     assert again["version"] == first["version"]
+
+
+STDOUT_LINES = ("collect", "sample + judge", "sample", "pair", "judge", "route", "humans", "draft")
+
+
+def test_collect_shows_each_stage_live_on_stderr_and_a_rerun_shows_them_from_the_cache(
+        prefect_api, tiny_llama, tmp_path, rule_module, sample_calls, capsys):
+    """The progress lines come from the flow run's task runs in Prefect's API (what any task runner
+    reports), one per stage; stderr is not a terminal here, so they are plain lines, never redrawn."""
+    from prefdata.flows.params import Judge, Policy
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"What is {i}+{i}?\n" for i in range(20)))
+    args = ("collect", "--prompts", str(prompts), "--policy", str(tiny_llama), "--judge", f"rule:{rule_module}",
+            "--name", "tiny-progress", "--candidates", "2", "--max-new-tokens", "4",
+            "--cache-dir", str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "queues"),
+            "--store", str(tmp_path / "store"), "--json", str(tmp_path / "run.json"))
+    code, out, err = cli(capsys, *args)
+    assert code == 0, out + err
+    result = json.loads((tmp_path / "run.json").read_text())
+    samples = math.ceil(20 / Policy().chunk_size)  # 3 chunks of at most 8 prompts
+    judges = math.ceil(result["comparisons"] / Judge().chunk_size)
+    assert sample_calls["sample"] == samples and samples == 3  # the chunks the flow really ran
+    lines = err.splitlines()
+    assert "progress: load prompts done" in lines, err
+    assert f"progress: sample {samples}/{samples} chunks" in lines, err
+    assert f"progress: judge {judges}/{judges} chunks" in lines, err
+    assert "progress: write draft done" in lines, err
+    assert not any(c in err for c in "\r\x1b"), "plain lines: no redraws, no colours"
+    # stdout stays the run's result, as before: the same lines, no progress in it
+    assert [line.split(":")[0] for line in out.splitlines()] == list(STDOUT_LINES), out
+    routes = ", ".join(f"{n} {route}" for route, n in result["routes"]["route"].items())
+    assert f"route: {routes}" in out.splitlines(), out  # pairs per route, as the counters hold them
+
+    code, again, err = cli(capsys, *args)
+    assert code == 0, again + err
+    assert sample_calls["sample"] == samples  # nothing sampled again
+    lines = err.splitlines()
+    assert f"progress: sample {samples}/{samples} chunks ({samples} from cache)" in lines, err
+    assert f"progress: judge {judges}/{judges} chunks ({judges} from cache)" in lines, err
+    assert "progress: write draft done" in lines, err
+    assert again == out
+
+
+def test_stage_counts_come_from_the_task_runs_names_and_states():
+    from prefdata.progress import Stage, chunk_name, tally
+
+    stages = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",), "chunks"),
+              Stage("judge", ("judge",), "chunks"), Stage("write draft", ("write-draft",))]
+    runs = [("load-prompts-0", "COMPLETED", "Completed"),
+            ("sample-2df", "PENDING", "Pending"),  # a chunk whose run has not taken its name yet
+            (chunk_name("sample", 1, 3), "COMPLETED", "Cached"), (chunk_name("sample", 2, 3), "RUNNING", "Running"),
+            (chunk_name("judge", 2, 2), "FAILED", "Failed"),
+            ("sample-and-judge-0", "RUNNING", "Running")]  # the subflow's run in its parent: no stage
+    counts = tally(stages, runs)
+    assert [c.line() for c in counts] == ["load prompts done", "sample 1/3 chunks (1 from cache)",
+                                          "judge 0/2 chunks (1 failed)", "write draft waiting"]
+    assert [c.finished for c in counts] == [True, False, False, False]
+    done = tally(stages, [(chunk_name("sample", i, 3), "COMPLETED", "Completed") for i in (1, 2, 3)])
+    assert done[1].line() == "sample 3/3 chunks" and done[1].finished
+
+
+def test_plain_lines_say_a_stage_when_it_starts_and_ends_never_twice():
+    import io
+
+    from prefdata.progress import PlainLines, Stage, chunk_name, tally
+
+    stages = [Stage("sample", ("sample",), "chunks")]
+    log = io.StringIO()
+    lines = PlainLines(log, every_s=3600)
+    for states in (["PENDING"], ["RUNNING", "PENDING"], ["COMPLETED", "RUNNING"], ["COMPLETED", "COMPLETED"]):
+        lines.update(tally(stages, [(chunk_name("sample", i, 2), s, s.title()) for i, s in enumerate(states, 1)]))
+    lines.close(tally(stages, [(chunk_name("sample", i, 2), "COMPLETED", "Completed") for i in (1, 2)]))
+    assert log.getvalue() == "progress: sample 0/2 chunks\nprogress: sample 2/2 chunks\n"
+
+
+def test_live_bars_draw_each_stage_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from prefdata.progress import LiveBars, Stage, chunk_name, tally
+
+    stages = [Stage("sample", ("sample",), "chunks"), Stage("write draft", ("write-draft",))]
+    screen = io.StringIO()
+    bars = LiveBars(stages, Console(file=screen, force_terminal=True, width=100))
+    bars.update(tally(stages, [(chunk_name("sample", 1, 4), "COMPLETED", "Cached")]))
+    bars.close(tally(stages, [(chunk_name("sample", i, 4), "COMPLETED", "Cached") for i in range(1, 5)]))
+    assert "\x1b[" in screen.getvalue()  # redrawn in place
+    last = screen.getvalue().rsplit("sample", 1)[1]
+    assert "4/4" in last and "chunks (4 from cache)" in last
 
 
 @pytest.mark.parametrize("change, message", [
