@@ -1,9 +1,12 @@
 """PPO peak memory: one shared base with adapters (trainers/ppo.py) against four separate models.
 
     .venv/bin/python bench/bench_ppo_memory.py [--hidden 768 --layers 8 --batch 16 --steps 2] [--checkpointing]
+                                               [--vocab N]
 
 --checkpointing turns activation checkpointing on in every configuration alike (PPOConfig's
-activation_checkpointing; the separate set-up's policy and critic copies too).
+activation_checkpointing; the separate set-up's policy and critic copies too). --vocab N (a diagnostic)
+gives every model an N-row vocabulary instead of the char tokenizer's 77 (the extra rows are never in a
+prompt, but they are sampled and cost what a real vocabulary costs: embedding, LM head and logits).
 
 Every configuration runs in a fresh process (peak RSS is per process and never goes down) on the
 same random-init Llama (~75M parameters at the defaults, fp32, the world's char tokenizer), same
@@ -52,15 +55,16 @@ def loaded() -> None:
     LOADED.update(load_peak_mb=status_mb("VmHWM"), loaded_mb=status_mb("VmRSS"), reset=reset_peak())
 
 
-def build_models(root: Path, hidden: int, layers: int) -> None:
-    """A random-init causal LM and a sequence-classification RM of the same size, with tokenizers."""
+def build_models(root: Path, hidden: int, layers: int, vocab: int | None = None) -> None:
+    """A random-init causal LM and a sequence-classification RM of the same size, with tokenizers; `vocab`
+    rows in the embedding and LM head (default: the char tokenizer's)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
     from prefdata.world.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+    cfg = LlamaConfig(vocab_size=vocab or len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                       num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, max_position_embeddings=64,
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       num_labels=1)
@@ -202,6 +206,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser, batch=16, steps=2)
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every configuration")
+    parser.add_argument("--vocab", type=int, default=None, help="vocabulary rows of every model (default: the char tokenizer's 77)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -210,9 +215,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        build_models(root, args.hidden, args.layers)
+        build_models(root, args.hidden, args.layers, args.vocab)
         n_params = sum(f.stat().st_size for f in (root / "policy").glob("*.safetensors")) / 4 / 1e6
-        print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), batch {args.batch}, {args.steps} steps")
+        print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), vocab {args.vocab or 'char'}, "
+              f"batch {args.batch}, {args.steps} steps")
         results = {}
         for mode in ("shared-rule", "shared-rm", "shared-rm-adapter", "separate"):
             results[mode] = run_child(__file__, [

@@ -272,3 +272,189 @@ def test_activation_checkpointing_recomputes_the_same_update(world, prompts):
     for plain, checked in zip(*runs):
         for key in ("reward_mean", "kl", "policy_loss", "value_loss"):
             assert checked[key] == pytest.approx(plain[key], abs=1e-5), key
+
+
+# -- memory: what a step keeps alive (bench/RESULTS.md, PPO memory) -------------------------------------
+
+
+class _SavedBytes:
+    """Bytes of activations autograd holds for backward right now and at most (parameters left out),
+    counted through saved-tensor hooks per storage (two ops saving the same tensor count once): a
+    storage counts from when a forward first saves it until the last graph holding it is freed (by
+    backward or by going out of scope)."""
+
+    class _Box:
+        __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, model):
+        self.params = {p.data_ptr() for p in model.parameters()}
+        self.now = self.peak = 0
+        self.held: dict[int, int] = {}  # storage address -> saves of it still held
+        self.vocab_sized: list[tuple[int, ...]] = []  # shapes of saved storages whose last dim is the vocab
+        self.vocab = model.get_base_model().config.vocab_size
+
+    def _pack(self, tensor):
+        import weakref
+
+        box = self._Box()
+        box.tensor = tensor
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self.params:
+            if key not in self.held:
+                self.held[key] = 0
+                self.now += storage.nbytes()
+                self.peak = max(self.peak, self.now)
+                if tensor.dim() and tensor.size(-1) == self.vocab:
+                    self.vocab_sized.append(tuple(tensor.shape))
+            self.held[key] += 1
+            weakref.finalize(box, self._release, key, storage.nbytes())
+        return box
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self.held[key] -= 1
+        if not self.held[key]:
+            del self.held[key]
+            self.now -= nbytes
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda box: box.tensor)
+
+
+def _one_rollout(world, prompts, config):
+    from prefdata.trainers.ppo import rollout
+
+    torch.manual_seed(0)  # the LoRA A matrices: the same draw in every call
+    tokenizer, model, value_head = load_policy(world.sft, config, torch.device("cpu"))
+    torch.manual_seed(1)
+    batch = rollout(model, value_head, tokenizer, prompts[:config.per_device_train_batch_size], digit_reward,
+                    config.init_kl_coef, config, torch.device("cpu"))
+    return tokenizer, model, value_head, batch
+
+
+def test_rollout_scores_a_minibatch_at_a_time_on_response_positions_only(world, prompts):
+    """The rollout's scoring passes (policy + values, reference) run `mini_batch_size` rows at a time and
+    the LM head only on the positions that predict response tokens, so no full-vocabulary logits of the
+    whole batch and its prompts are ever held (with a real vocabulary they dwarf the model); the numbers
+    are those of one pass over the whole batch."""
+    from prefdata.trainers.ppo import rollout
+    from prefdata.trainers.ppo_math import logprobs_from_logits, per_token_kl
+
+    config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=2)
+    torch.manual_seed(0)
+    tokenizer, model, value_head = load_policy(world.sft, config, torch.device("cpu"))
+    base = model.get_base_model()
+    seen: list[tuple[int, int]] = []  # (rows, positions the LM head ran on) of every scoring pass
+
+    def head_rows(_module, args):
+        seen.append(tuple(args[0].shape[:2]))
+
+    def scoring(_module, _args, kwargs):
+        scoring.on = kwargs.get("use_cache") is False  # generate's passes use the cache; the scoring ones do not
+
+    scoring.on = False
+    hooks = [base.register_forward_pre_hook(scoring, with_kwargs=True),
+             base.lm_head.register_forward_pre_hook(lambda m, a: head_rows(m, a) if scoring.on else None)]
+    torch.manual_seed(1)
+    batch = rollout(model, value_head, tokenizer, prompts[:8], digit_reward, 0.05, config, torch.device("cpu"))
+    for hook in hooks:
+        hook.remove()
+    response_width = batch["response"].size(1)
+    assert seen and max(rows for rows, _ in seen) <= config.mini_batch_size, seen
+    assert {positions for _, positions in seen} == {response_width + 1}, (seen, response_width)
+
+    # the same numbers as one pass over the whole batch, full logits sliced to the response
+    ids, attn, width, mask = batch["ids"], batch["attn"], batch["width"], batch["mask"]
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, output_hidden_states=True, use_cache=False)
+        with model.disable_adapter():
+            ref = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits
+    logp = logprobs_from_logits(out.logits[:, width - 1:-1] / config.temperature, batch["response"])
+    ref_logp = logprobs_from_logits(ref[:, width - 1:-1] / config.temperature, batch["response"])
+    values = value_head(out.hidden_states[-1][:, width - 1:-1]).squeeze(-1)
+    assert torch.allclose(batch["logp"], logp * mask, atol=1e-5)
+    assert torch.allclose(batch["values"], values * mask, atol=1e-5)
+    assert torch.allclose(batch["kl"], (per_token_kl(logp, ref_logp) * mask).sum(-1), atol=1e-5)
+
+
+def test_an_update_holds_one_graph_and_no_entropy_graph(world, prompts, sft):
+    """A PPO update backpropagates the PPO loss before the ptx term's SFT forward, so the activations of
+    the two forwards are never held together (the gradients add up the same); with ent_coef 0 the
+    entropy is a metric, computed outside autograd, so the only vocabulary-sized tensor it keeps is the
+    log-softmax of the policy log-probs."""
+    from prefdata.trainers.ppo import _sft_stream, ppo_update
+    from prefdata.trainers.ppo_math import ptx_loss
+
+    config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=8, ppo_epochs=1, sft_ratio=0.5)
+    tokenizer, model, value_head, batch = _one_rollout(world, prompts, config)
+    params = [p for p in model.parameters() if p.requires_grad] + list(value_head.parameters())
+    peaks = {}
+    for name, examples in (("ppo", None), ("ppo+sft", sft)):
+        optimizer = torch.optim.AdamW(params, lr=0.0)  # lr 0: every pass sees the same weights
+        stream = _sft_stream(tokenizer, examples, 4, config.seed, torch.device("cpu"))
+        saved = _SavedBytes(model)
+        with saved.hooks():
+            ppo_update(model, value_head, optimizer, batch, config, stream, torch.Generator().manual_seed(0),
+                       torch.device("cpu"))
+        peaks[name] = saved.peak
+        if name == "ppo":
+            vocab = saved.vocab
+            assert saved.vocab_sized == [(8, batch["response"].size(1), vocab)], saved.vocab_sized
+    ids, attn, labels = next(_sft_stream(tokenizer, sft, 4, config.seed, torch.device("cpu")))
+    saved = _SavedBytes(model)
+    model.train()
+    with saved.hooks():
+        ptx_loss(model(input_ids=ids, attention_mask=attn, use_cache=False).logits, labels).backward()
+    model.zero_grad(set_to_none=True)
+    peaks["sft"] = saved.peak
+    assert peaks["sft"] > 0.2 * peaks["ppo"], peaks  # big enough that holding both graphs would show
+    assert peaks["ppo+sft"] <= 1.01 * max(peaks["ppo"], peaks["sft"]), peaks
+
+
+@pytest.mark.parametrize("ent_coef", [0.0, 0.01])
+def test_the_update_is_the_textbook_minibatch_step(world, prompts, sft, ent_coef):
+    """ppo_update against the plain PPO-ptx step written out here (full logits, one loss, one backward):
+    the same metrics and the same weights after the step, so the memory work changes no maths (with the
+    entropy bonus on, and off, when the entropy is only a metric)."""
+    from prefdata.trainers.ppo import _sft_stream, ppo_update
+    from prefdata.trainers.ppo_math import (
+        clipped_policy_loss, clipped_value_loss, entropy_from_logits, logprobs_from_logits, masked_mean, ptx_loss,
+    )
+
+    config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=8, ppo_epochs=1, sft_ratio=0.5, ent_coef=ent_coef)
+    results = []
+    for ours in (True, False):
+        tokenizer, model, value_head, batch = _one_rollout(world, prompts, config)
+        params = [p for p in model.parameters() if p.requires_grad] + list(value_head.parameters())
+        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+        stream = _sft_stream(tokenizer, sft, 4, config.seed, torch.device("cpu"))
+        if ours:
+            metrics = ppo_update(model, value_head, optimizer, batch, config, stream, torch.Generator().manual_seed(0),
+                                 torch.device("cpu"))
+        else:
+            model.train()
+            rows = torch.randperm(8, generator=torch.Generator().manual_seed(0))
+            ids, attn, width, m = batch["ids"][rows], batch["attn"][rows], batch["width"], batch["mask"][rows]
+            out = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                        output_hidden_states=True, use_cache=False)
+            logits = out.logits[:, width - 1:-1] / config.temperature
+            values = value_head(out.hidden_states[-1][:, width - 1:-1]).squeeze(-1)
+            pg, clip, approx_kl = clipped_policy_loss(logprobs_from_logits(logits, batch["response"][rows]),
+                                                      batch["logp"][rows], batch["advantages"][rows], m, config.clip_range)
+            vf, vclip = clipped_value_loss(values, batch["values"][rows], batch["returns"][rows], m, config.clip_range_value)
+            entropy = masked_mean(entropy_from_logits(logits), m)
+            sft_ids, sft_attn, labels = next(stream)
+            ptx = ptx_loss(model(input_ids=sft_ids, attention_mask=sft_attn, use_cache=False).logits, labels)
+            (pg + config.vf_coef * vf - config.ent_coef * entropy + config.ptx_coef * ptx).backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            metrics = {"policy_loss": pg.item(), "value_loss": vf.item(), "entropy": entropy.item(),
+                       "clip_fraction": clip.item(), "value_clip_fraction": vclip.item(), "approx_kl": approx_kl.item(),
+                       "ptx_loss": ptx.item()}
+        results.append((metrics, [p.detach().clone() for p in params]))
+    (ours, ours_params), (plain, plain_params) = results
+    assert ours.keys() == plain.keys()
+    for key in plain:
+        assert ours[key] == pytest.approx(plain[key], abs=1e-5), key
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours_params, plain_params))

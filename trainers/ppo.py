@@ -21,6 +21,7 @@ The math lives in ppo_math.py as pure functions; this module only wires models a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -269,16 +270,35 @@ def response_mask(response, eos_token_id: int):
     return (cols <= first_eos.unsqueeze(-1)).float()
 
 
+def _takes_logits_to_keep(model) -> bool:
+    """Whether the causal LM under `model` (a PEFT wrapper or not) computes only its last N positions'
+    logits when asked (`logits_to_keep`, transformers' Llama, Qwen, Mistral, Gemma ...)."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _forward_takes(type(lm), "logits_to_keep")
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_takes(cls, name: str) -> bool:
+    import inspect
+
+    return name in inspect.signature(cls.forward).parameters
+
+
 def forward_response(model, value_head, ids, attention_mask, prompt_width: int, temperature: float, with_values=True):
     """Logits (/ temperature) and values at the positions that predict each response token.
 
     Position ids count only attended tokens, as `generate` does for left-padded prompts, so the
-    log-probs here are those of the distribution the tokens were sampled from.
+    log-probs here are those of the distribution the tokens were sampled from. The LM head runs only
+    on the positions that predict response tokens (`logits_to_keep`, where the model has it): the
+    prompt's vocabulary-sized logits, which nothing reads, are never made.
     """
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    keep = ids.size(1) - prompt_width + 1  # prompt_width - 1 .. the end: one more than the response
+    extra = {"logits_to_keep": keep} if _takes_logits_to_keep(model) else {}
     out = model(input_ids=ids, attention_mask=attention_mask, position_ids=positions,
-                output_hidden_states=with_values, use_cache=False)
-    logits = out.logits[:, prompt_width - 1 : -1].float() / temperature
+                output_hidden_states=with_values, use_cache=False, **extra)
+    logits = out.logits[:, -keep:-1] if extra else out.logits[:, prompt_width - 1 : -1]
+    logits = logits.float() / temperature
     if not with_values:
         return logits, None
     values = value_head(out.hidden_states[-1][:, prompt_width - 1 : -1].float()).squeeze(-1)
@@ -308,9 +328,7 @@ def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl
     """Sample, score, and turn scores into per-token advantages and returns (no gradients)."""
     import torch
 
-    from prefdata.trainers.ppo_math import (
-        gae, kl_shaped_rewards, logprobs_from_logits, masked_mean, masked_whiten, per_token_kl,
-    )
+    from prefdata.trainers.ppo_math import gae, kl_shaped_rewards, masked_mean, masked_whiten, per_token_kl
 
     tokenizer.padding_side = "left"  # every prompt ends at the same column, where generation starts
     enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
@@ -320,14 +338,10 @@ def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl
         gen = model.generate(**enc, do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=1.0,
                              max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id)
-        response = gen[:, width:]
-        mask = response_mask(response, tokenizer.eos_token_id)
-        attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
-        logits, values = forward_response(model, value_head, gen, attn, width, config.temperature)
-        with model.disable_adapter():  # the reference policy: the same weights, adapter off
-            ref_logits, _ = forward_response(model, value_head, gen, attn, width, config.temperature, with_values=False)
-    logp = logprobs_from_logits(logits, response)
-    ref_logp = logprobs_from_logits(ref_logits, response)
+    response = gen[:, width:]
+    mask = response_mask(response, tokenizer.eos_token_id)
+    attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
+    logp, ref_logp, values, entropy = _rollout_scores(model, value_head, gen, attn, response, width, config, device)
     completions = tokenizer.batch_decode(response * mask.long() + tokenizer.pad_token_id * (1 - mask.long()),
                                          skip_special_tokens=True)
     scores = torch.tensor(reward(prompts, completions), dtype=torch.float32, device=device)
@@ -342,10 +356,35 @@ def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl
     return {
         "ids": gen, "attn": attn, "response": response, "mask": mask, "width": width,
         "logp": logp * mask, "values": values, "advantages": advantages, "returns": returns,
-        "scores": scores, "kl": kl.sum(-1), "entropy": masked_mean(
-            torch.distributions.Categorical(logits=logits).entropy(), mask),
+        "scores": scores, "kl": kl.sum(-1), "entropy": masked_mean(entropy, mask),
         "completions": completions,
     }
+
+
+def _rollout_scores(model, value_head, ids, attn, response, width: int, config: PPOConfig, device):
+    """Per-token log-probs of the sampled tokens under the policy and the reference (adapter off), the
+    values and the policy's entropies, `mini_batch_size` rows at a time: a chunk's vocabulary-sized
+    logits are gone before the next chunk's are made, so a rollout never holds them for the whole batch
+    (with a real vocabulary they outweigh the model); the numbers are those of one whole-batch pass."""
+    import torch
+
+    from prefdata.trainers.ppo_math import logprobs_from_logits
+
+    parts = []
+    with torch.no_grad():
+        for start in range(0, ids.size(0), config.mini_batch_size):
+            rows = slice(start, start + config.mini_batch_size)
+            with _autocast(device):
+                logits, values = forward_response(model, value_head, ids[rows], attn[rows], width, config.temperature)
+            logp = logprobs_from_logits(logits, response[rows])
+            entropy = torch.distributions.Categorical(logits=logits).entropy()
+            del logits
+            with _autocast(device), model.disable_adapter():  # the reference policy: the same weights, adapter off
+                ref_logits, _ = forward_response(model, value_head, ids[rows], attn[rows], width, config.temperature,
+                                                 with_values=False)
+            parts.append((logp, logprobs_from_logits(ref_logits, response[rows]), values, entropy))
+            del ref_logits
+    return [torch.cat(column) for column in zip(*parts)]
 
 
 def ppo_update(model, value_head, optimizer, batch: dict, config: PPOConfig, sft_batches, generator, device) -> dict:
@@ -372,20 +411,29 @@ def ppo_update(model, value_head, optimizer, batch: dict, config: PPOConfig, sft
                 logp, batch["logp"][rows], batch["advantages"][rows], m, config.clip_range)
             vf_loss, vf_clip_fraction = clipped_value_loss(
                 values, batch["values"][rows], batch["returns"][rows], m, config.clip_range_value)
-            entropy = masked_mean(entropy_from_logits(logits), m)
-            loss = pg_loss + config.vf_coef * vf_loss - config.ent_coef * entropy
+            loss = pg_loss + config.vf_coef * vf_loss
+            if config.ent_coef:
+                entropy = masked_mean(entropy_from_logits(logits), m)
+                loss = loss - config.ent_coef * entropy
+            else:  # only a metric: outside autograd, a row at a time, so its softmax copies of the logits stay small
+                with torch.no_grad():
+                    entropy = masked_mean(torch.cat([entropy_from_logits(row) for row in logits.split(1)]), m)
             step = {"policy_loss": pg_loss.item(), "value_loss": vf_loss.item(), "entropy": entropy.item(),
                     "clip_fraction": clip_fraction.item(), "value_clip_fraction": vf_clip_fraction.item(),
                     "approx_kl": approx_kl.item()}
+            del logits, values, logp
+            # The PPO loss's backward frees its activations before the ptx term's SFT forward makes its own:
+            # the two graphs are never held together, and the gradients add up to those of their sum.
+            loss.backward()
             sft = next(sft_batches, None)
             if sft is not None:
                 ids, attn, labels = sft
                 with _autocast(device):
                     sft_logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
                 ptx = ptx_loss(sft_logits, labels)
-                loss = loss + config.ptx_coef * ptx
+                (config.ptx_coef * ptx).backward()
                 step["ptx_loss"] = ptx.item()
-            loss.backward()
+                del sft_logits
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
