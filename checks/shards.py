@@ -38,9 +38,6 @@ class Shards:
         self.offsets = np.concatenate([[0], np.cumsum(self.rows, dtype=np.int64)]).astype(np.int64)
         self.n = int(self.offsets[-1])
 
-    def columns(self) -> list[str]:
-        return list(pl.read_parquet_schema(self.paths[0]) if self.fs is None else self.read(0).columns)
-
     def read(self, k: int, columns: Sequence[str] | None = None) -> pl.DataFrame:
         if self.fs is None:
             return pl.read_parquet(self.paths[k], columns=list(columns) if columns is not None else None)

@@ -133,17 +133,17 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
         from prefdata.checks.batched import thin_sft
 
         read["shards"] = shards
-        sft = _version_shards(st, v, "sft")
-        pairs, vote_frame = _thin(shards), table("votes")
-        return (pairs, table("comparisons"), vote_frame, _thin(sft, thin_sft) if sft is not None else None,
-                st.read_text(v.ref, "README.md"), v.manifest.get("lineage"))
-    pairs, vote_frame = st.load(v.ref), table("votes")
+        sft_shards = _version_shards(st, v, "sft")
+        pairs, sft = _thin(shards), _thin(sft_shards, thin_sft) if sft_shards is not None else table("sft")
+    else:
+        pairs, sft = st.load(v.ref), table("sft")
+    vote_frame = table("votes")
     if votes is not None:  # a label audit's votes (`argilla pull` of `argilla push NAME@VERSION`) replace its own
         from prefdata.argilla.audit import read_audit_votes
 
         vote_frame = read_audit_votes(votes, pairs["id"])
         info["votes"] = {"path": str(votes), "votes": vote_frame.height, "pairs": vote_frame["pair_id"].n_unique()}
-    return (pairs, table("comparisons"), vote_frame, table("sft"), st.read_text(v.ref, "README.md"),
+    return (pairs, table("comparisons"), vote_frame, sft, st.read_text(v.ref, "README.md"),
             v.manifest.get("lineage"))
 
 

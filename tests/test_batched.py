@@ -115,3 +115,18 @@ def test_cli_check_in_batches_writes_the_same_report(pairs_file, tmp_path):
     assert all(whole_rows[0] in page for page in html)
     chosen = pl.read_parquet(pairs_file).filter(pl.col("id") == whole_rows[0])["chosen"][0][:40]
     assert all(chosen in page for page in html)
+
+
+def test_a_label_audit_of_a_sharded_version(pairs_file, tmp_path):
+    """`check NAME@VERSION --votes AUDIT` on a sharded version: the audit's votes are checked."""
+    store = Store(str(tmp_path / "store"))
+    _, sharded = import_file_to_store(pairs_file, "sharded", store, batch_rows=1_000)
+    ids = store.load(sharded.ref)["id"].head(30).to_list()
+    audit = tmp_path / "audit.jsonl"  # three annotators overturn the first 15 labels, uphold the rest
+    audit.write_text("".join(
+        f'{{"pair_id": "{i}", "annotator": "a{k}", "vote": "{"b" if n < 15 else "a"}", "label": "a"}}\n'
+        for n, i in enumerate(ids) for k in range(3)))
+    inputs, info = load_inputs(sharded.ref, votes=audit, store=store.url)
+    assert inputs.shards is not None and info["votes"]["pairs"] == 30
+    audit_result = {r.id: r for r in run_checklist(inputs, default_config(), only=["label_audit"])}["label_audit"]
+    assert audit_result.status == "fail" and set(audit_result.offending) == set(ids[:15])
