@@ -256,6 +256,7 @@ class MixedIds(Exception):
 class _Earlier:
     """What the cross-row rules need to know of the batches before this one."""
 
+    carry: bool = False                       # more batches follow: keep what they need (one batch: nothing)
     mode: str | None = None                   # "source": every kept row has its id; "content": none has
     first_content: pl.DataFrame | None = None  # source ids: id, h1, h2 (content hash) of the first kept row
     repeats: pl.DataFrame | None = None        # content ids: pair_id, n (kept rows with it so far)
@@ -319,7 +320,7 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
         present = [c for c, has in pl.scan_parquet(path).select(
             [pl.col(c).is_not_null().any() for c in optional]).collect().row(0, named=True).items()
             if has or c in SCORE_COLUMNS]
-    earlier = _Earlier()
+    earlier = _Earlier(carry=len(starts) > 1)
 
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
         for start in starts:  # no name outlives its batch: two batches never share the memory
@@ -412,6 +413,9 @@ def _source_id_conflicts(kept: pl.DataFrame, earlier: _Earlier) -> tuple[pl.Data
         reused = kept.filter(conflict)
         differs = reused.select(pl.any_horizontal([pl.col(c) != pl.col(c).first().over("id") for c in TEXT]))
         conflict = conflict.scatter(conflict.arg_true(), differs.to_series())
+    if not earlier.carry:  # the only batch: nothing to compare with, nothing to pass on
+        conflicting = kept.filter(conflict).select("__row", "id").rows() if conflict.any() else []
+        return (kept.filter(~conflict) if conflicting else kept), conflicting
     hashes = _content_hash(kept)
     if earlier.first_content is not None:  # an id of an earlier batch: its first row there wins
         seen = hashes.join(earlier.first_content, on="id", how="left", suffix="_first", maintain_order="left")
@@ -435,6 +439,8 @@ def _numbered_content_ids(kept: pl.DataFrame, earlier: _Earlier) -> pl.DataFrame
         repeat = repeat + pl.col("n").fill_null(0)
     kept = kept.with_columns(id=pl.when(repeat == 0).then("pair_id")
                              .otherwise(pl.col("pair_id") + "-" + (repeat + 1).cast(pl.String))).drop("n", strict=False)
+    if not earlier.carry:
+        return kept
     counts = kept.group_by("pair_id").agg(n=pl.len().cast(pl.Int64))
     earlier.repeats = counts if earlier.repeats is None else pl.concat([earlier.repeats, counts]).group_by(
         "pair_id").agg(pl.col("n").sum())
