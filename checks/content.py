@@ -494,39 +494,53 @@ def _answer_columns(pairs: pl.DataFrame, reference_column: str) -> list[str]:
     return [c for c in ("chosen", reference) if c is not None and c in pairs.columns]
 
 
-def _answer_in_prompt(prompt: pl.Series, column: pl.Series, ngram: int, max_overlap: float, min_chars: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, whether its answer in `column` leaks into its prompt: (verbatim, n-gram overlap over
-    `max_overlap`, short answer found after normalising, the n-gram share itself)."""
-    n = len(prompt)
-    prompt_bytes = len_bytes(prompt)
+def _runs(prompt: pl.Series, column: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of neighbours with the same prompt and answer text (UltraFeedback-binarized's shape:
+    three pairs share a prompt and a chosen reply, next to each other): the first row of each run,
+    and each row's run number. Equal texts give equal results, so each run is checked once."""
+    same = ((prompt == prompt.shift(1)) & (column == column.shift(1))).fill_null(False).to_numpy()
+    first = np.flatnonzero(~same)
+    run = np.cumsum(~same) - 1
+    return first, run
 
-    def answer(a: int, b: int) -> pl.Series:
-        return column.slice(a, b - a).str.strip_chars()
 
-    # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
-    # copies the n-gram overlap reads) are never made for the whole column at once
-    blocks = row_blocks(prompt_bytes + len_bytes(column))
-    text_bytes = np.concatenate([len_bytes(answer(a, b)) for a, b in blocks])
-    hits, grams, words = overlap_in_blocks(lambda a, b: (prompt.slice(a, b - a), answer(a, b)),
-                                            prompt_bytes + text_bytes, ngram, None)
-    del text_bytes
+def _answer_in_prompt(prompt: pl.Series, column: pl.Series, ngram: int, max_overlap: float, min_chars: int,
+                      rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row (of `rows` when given, else of every row), whether its answer in `column` leaks into its
+    prompt: (verbatim, n-gram overlap over `max_overlap`, short answer found after normalising, the
+    n-gram share itself)."""
+    n = len(prompt) if rows is None else rows.size
+
+    def pick(series: pl.Series, a: int, b: int) -> pl.Series:
+        return series.slice(a, b - a) if rows is None else series.gather(rows[a:b])
+
+    verbatim = np.zeros(n, dtype=bool)
+    long_enough = np.zeros(n, dtype=bool)
+
+    def texts(a: int, b: int) -> tuple[pl.Series, pl.Series]:
+        # every step is per row, so it runs on blocks of rows: the stripped answers (and the Arrow
+        # copies the n-gram overlap reads) are never made for the whole column at once; the
+        # verbatim test runs here, on the block the n-gram overlap is about to hash
+        p, text = pick(prompt, a, b), pick(column, a, b).str.strip_chars()
+        long_enough[a:b] = (text.str.len_chars() >= min_chars).to_numpy()
+        found = pl.DataFrame({"p": p, "t": text}).select(pl.col("p").str.contains(pl.col("t"), literal=True))
+        verbatim[a:b] = found.to_series().to_numpy() & long_enough[a:b]
+        return p, text
+
+    # the blocks' sizes only shape the chunks, which change no row's result: the unstripped sizes do
+    row_bytes = len_bytes(prompt) + len_bytes(column)
+    hits, grams, words = overlap_in_blocks(texts, row_bytes if rows is None else row_bytes[rows], ngram, None)
     share = np.divide(hits, grams, out=np.zeros(n), where=grams > 0)
     overlap = (grams > 0) & (share > max_overlap)
-    verbatim = np.zeros(n, dtype=bool)
     short_hit = np.zeros(n, dtype=bool)
-    for a, b in blocks:
-        text = answer(a, b)
-        frame = pl.DataFrame({"p": prompt.slice(a, b - a), "t": text})
-        long_enough = (text.str.len_chars() >= min_chars).to_numpy()
-        found = frame.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series().to_numpy()
-        verbatim[a:b] = found & long_enough
-        short = long_enough & (words[a:b] < ngram) & ~verbatim[a:b]
-        if short.any():  # answers too short for n-grams: a substring after normalising both sides
-            rows = np.flatnonzero(short)
-            sub = frame[rows].select(normalise_expr("p").alias("p"), normalise_expr("t").alias("t"))
+    short = np.flatnonzero(long_enough & (words < ngram) & ~verbatim)
+    if short.size:  # answers too short for n-grams: a substring after normalising both sides
+        at = short if rows is None else rows[short]
+        for a, b in row_blocks(row_bytes[at]):
+            frame = pl.DataFrame({"p": prompt.gather(at[a:b]), "t": column.gather(at[a:b]).str.strip_chars()})
+            sub = frame.select(normalise_expr("p").alias("p"), normalise_expr("t").alias("t"))
             hit = sub.select(pl.col("p").str.contains(pl.col("t"), literal=True)).to_series()
-            short_hit[a + rows] = hit.to_numpy()
+            short_hit[short[a:b]] = hit.to_numpy()
     return verbatim, overlap, short_hit, share
 
 
@@ -566,7 +580,12 @@ def check_answer_leakage(
     max_share_seen = 0.0
     for target in targets:
         column = pairs[target].cast(pl.String).fill_null("")
-        verbatim, overlap, short_hit, share = _answer_in_prompt(prompt, column, ngram, max_overlap, min_chars)
+        first, run = _runs(prompt, column)
+        if first.size == n:
+            verbatim, overlap, short_hit, share = _answer_in_prompt(prompt, column, ngram, max_overlap, min_chars)
+        else:  # each run of equal neighbours checked once, its results given to every row of it
+            found = _answer_in_prompt(prompt, column, ngram, max_overlap, min_chars, rows=first)
+            verbatim, overlap, short_hit, share = (x[run] for x in found)
         flag = verbatim | overlap | short_hit
         row_flag |= flag
         max_share_seen = max(max_share_seen, float(share.max(initial=0.0)))

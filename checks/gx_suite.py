@@ -187,6 +187,34 @@ def _to_check_result(result: Any, thresholds: dict[str, float | None], ids: pl.S
                        message=message, details=details)
 
 
+_PREWARM: list[Any] = []  # the thread started by prewarm(), at most one per process
+
+
+def prewarm() -> None:
+    """Start importing great_expectations on a thread (once per process). Its import is
+    3-6 s of Python (scipy, altair, sqlalchemy); a command that will run the suite calls this
+    before it reads its data, so the import overlaps the read and the import of the data (polars
+    and Arrow work that mostly releases the GIL) instead of the other checks. Nothing else
+    changes: `_run` imports the module as before (waiting for this import if it is still under
+    way), and an import that fails here fails there again and is reported as the `gx` error. The
+    thread is not a daemon: a command that stops early (bad input) exits once the import is done,
+    never in the middle of it."""
+    if _PREWARM:
+        return
+    import threading
+
+    def load() -> None:
+        # no _quiet_gx here: warnings.catch_warnings is not thread-safe, and the import warns nothing
+        try:
+            import great_expectations  # noqa: F401
+        except Exception:  # reported by run_expectations, where the suite runs
+            pass
+
+    thread = threading.Thread(target=load, name="gx-import")
+    _PREWARM.append(thread)
+    thread.start()
+
+
 def run_expectations(
     pairs: pl.DataFrame,
     *,

@@ -219,10 +219,11 @@ def overlap_in_blocks(
     texts: Callable[[int, int], tuple[pl.Series, pl.Series]], row_bytes: np.ndarray, n: int, threads: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`word_ngram_overlap` of the (prompt, response) texts of rows a..b-1 given by `texts(a, b)`,
-    whose UTF-8 sizes together are `row_bytes` per row. Rows are hashed in chunks of about
-    CHUNK_BYTES; their Arrow buffers are made a block of about frames.BLOCK_BYTES (whole chunks) at a
-    time, so the columns are never copied whole. A chunk's result depends only on its rows' bytes,
-    so the blocks change nothing."""
+    whose UTF-8 sizes together are about `row_bytes` per row (they only size the chunks and
+    blocks). Rows are hashed in chunks of about CHUNK_BYTES; their Arrow buffers are made a block of
+    about frames.BLOCK_BYTES (whole chunks) at a time, so the columns are never copied whole. A
+    chunk's result depends only on its rows' bytes, so the blocks change nothing. `texts` is called
+    once per block, in row order, from the calling thread, and the blocks cover every row."""
     rows = row_bytes.size
     cum = np.cumsum(row_bytes)
     cuts = np.searchsorted(cum, np.arange(CHUNK_BYTES, int(cum[-1]), CHUNK_BYTES), "right")

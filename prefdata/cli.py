@@ -292,6 +292,10 @@ def check(
     if data is None:
         raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
                             "or --list-checks to list the checks")
+    if not (checklist["checks"].get("gx") or {}).get("waive") and ("@" in data or Path(data).exists()):
+        from prefdata.checks.gx_suite import prewarm
+
+        prewarm()  # GX's import (seconds of Python) overlaps reading and importing DATA
     if max_length is not None:
         checklist["checks"].setdefault("template_fit", {})["max_length"] = max_length
     loaded_tokenizer = None

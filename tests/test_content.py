@@ -433,6 +433,116 @@ def test_leakage_finds_injected_leaks_at_scale():
     assert (small.offending, small.metric, small.details) == (result.offending, result.metric, result.details)
 
 
+def _reference_leakage(frame: pl.DataFrame, ngram: int = 8, max_overlap: float = 0.5, min_chars: int = 20,
+                       targets: tuple[str, ...] = ("chosen",)) -> tuple[tuple[str, ...], dict, float]:
+    """check_answer_leakage's definition row by row in plain Python (strip_chars is polars', whose
+    whitespace differs from str.strip's): (offending ids, by_target, max_overlap_seen)."""
+    from prefdata.records import normalise_text
+
+    prompts = frame["prompt"].fill_null("").to_list()
+    flagged = [False] * frame.height
+    by_target, max_share = {}, 0.0
+    for target in targets:
+        answers = frame[target].fill_null("").str.strip_chars().to_list()
+        counts = {"flagged": 0, "verbatim": 0, "ngram_overlap": 0, "short_substring": 0}
+        for i, (p, t) in enumerate(zip(prompts, answers)):
+            hits, grams, words = _reference_overlap(p, t, ngram)
+            share = hits / grams if grams else 0.0
+            max_share = max(max_share, share)
+            long_enough = len(t) >= min_chars
+            verbatim = long_enough and t in p
+            overlap = grams > 0 and share > max_overlap
+            short = long_enough and words < ngram and not verbatim and normalise_text(t) in normalise_text(p)
+            counts["verbatim"] += verbatim
+            counts["ngram_overlap"] += overlap
+            counts["short_substring"] += short
+            counts["flagged"] += verbatim or overlap or short
+            flagged[i] |= verbatim or overlap or short
+        by_target[target] = counts
+    ids = tuple(i for i, f in zip(frame["id"].to_list(), flagged) if f)
+    return ids, by_target, max_share
+
+
+def _leaky_realistic_pairs() -> pl.DataFrame:
+    """bench/realistic.py's shape (three pairs share a prompt and a chosen reply, canned refusals,
+    pasted answers), plus rows the fast paths must not get wrong: non-ASCII, case-changed and
+    partial copies, short answers found only after normalising, padded answers, nulls, repeats
+    that are not neighbours, neighbours that share only the prompt or only the answer."""
+    from bench.realistic import make_realistic_pairs
+
+    frame, _ = make_realistic_pairs(2_400, seed=11)
+    frame = frame.select("id", "prompt", "chosen", "rejected")
+    answer = "Die Straße führt über die Brücke — naïve café, 数据 集, ÉTÉ and ﬁnal words here."
+    long_answer = " ".join(f"wörd{i} ÀB über" for i in range(12))
+    short = "ＳＴＲＡẞＥ über Naïve Café"  # NFKC + case fold: "strasse über naïve café"
+    upper = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")  # the engine lowers ASCII only
+    rows = [
+        (f"Frage: {answer} Antwort?", answer),                       # verbatim, non-ASCII
+        (f"Notes: {answer.translate(upper)}", answer),                # case changed: n-gram overlap
+        (f"{long_answer.translate(upper)} and more", long_answer),   # n-gram overlap, not verbatim
+        (" ".join(long_answer.split()[:14]) + " then", long_answer),  # a part: under max_overlap
+        ("prompt says strasse über naïve café, fine", short),         # short, found after normalising
+        ("prompt says nothing of the kind", short),
+        (f"pad: {answer}", f"  \n{answer}\t "),                      # whitespace around the answer
+        (None, answer), (f"x {answer}", None), ("", ""),
+        ("Sorry, I can't help with this one. Sorry, I can't help with this one.",
+         "Sorry, I can't help with this one."),                      # a canned reply, verbatim
+    ]
+    extra = []
+    for k, (p, c) in enumerate(rows):
+        for copy in range(3):  # as siblings do: three neighbours with the same prompt and answer
+            extra.append({"id": f"e{k}-{copy}", "prompt": p, "chosen": c, "rejected": f"rejected {k} {copy}"})
+    extra.append({"id": "same-prompt", "prompt": rows[0][0], "chosen": "a different answer entirely here",
+                  "rejected": "r"})
+    extra.append({"id": "same-answer", "prompt": "unrelated prompt text", "chosen": answer, "rejected": "r"})
+    extra_frame = pl.DataFrame(extra, schema={"id": pl.String, "prompt": pl.String, "chosen": pl.String,
+                                              "rejected": pl.String})
+    # repeats far apart too: the first rows again at the end
+    frame = pl.concat([extra_frame, frame, extra_frame.with_columns(pl.col("id") + "-again"), frame.head(30)
+                       .with_columns(pl.col("id") + "-again")])
+    return frame.with_columns(reference=pl.col("chosen").shift(1))  # a second target, its own runs
+
+
+@pytest.mark.parametrize("chunk_bytes, block_bytes", [(None, None), (2_000, 40_000)])
+def test_leakage_matches_plain_python_on_realistic_pairs(monkeypatch, chunk_bytes, block_bytes):
+    """Repeated (prompt, answer) pairs are checked once: same flags, counts and shares as the row-by-row
+    definition, for both targets, at the defaults and at looser settings, with small chunks and blocks."""
+    if chunk_bytes:
+        monkeypatch.setattr(ngrams, "CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(frames, "BLOCK_BYTES", block_bytes)
+    frame = _leaky_realistic_pairs()
+    for kwargs in ({}, {"ngram": 3, "max_overlap": 0.1, "min_chars": 0}):
+        result = check_answer_leakage(frame, **kwargs)
+        offending, by_target, max_share = _reference_leakage(frame, targets=("chosen", "reference"), **kwargs)
+        assert result.offending == offending
+        assert result.details["by_target"] == by_target
+        assert result.details["max_overlap_seen"] == max_share
+        assert result.metric == len(offending) / frame.height
+    flagged = set(check_answer_leakage(frame.drop("reference")).offending)
+    assert {"e0-0", "e0-2", "e1-1", "e2-0", "e4-2", "e6-1", "e10-0", "e0-0-again"} <= flagged
+    assert not {"e3-0", "e5-0", "e7-0", "e8-0", "e9-0", "same-prompt", "same-answer"} & flagged
+
+
+def test_leakage_checks_each_run_of_repeated_pairs_once(monkeypatch):
+    """Siblings that share the prompt and the answer (three per prompt in UltraFeedback-binarized's
+    shape) are hashed once: the n-gram engine sees one row per run of equal neighbours."""
+    from prefdata.checks import content
+
+    seen: list[int] = []
+    engine = content.overlap_in_blocks
+
+    def counting(texts, row_bytes, n, threads):
+        seen.append(row_bytes.size)
+        return engine(texts, row_bytes, n, threads)
+
+    monkeypatch.setattr(content, "overlap_in_blocks", counting)
+    prompts = [f"prompt number {i // 3} with some words in it" for i in range(30)]
+    chosen = [f"answer number {i // 3} with some other words" for i in range(30)]
+    chosen[4] = "a different answer for one sibling"  # runs: 0-2, 3, 4, 5, 6-8, ...
+    result = check_answer_leakage(pairs(prompts, chosen=chosen))
+    assert seen == [12] and result.status == "pass"
+
+
 def test_leakage_on_hh_conversations(hh):
     result = check_answer_leakage(hh)
     flagged = hh.filter(pl.col("id").is_in(list(result.offending)))

@@ -161,3 +161,26 @@ def test_null_ids_and_lengths_beyond_the_bound():
     assert results["gx.not_null.id"].offending == ("<null id>",)
     assert results["gx.length.chosen"].offending == ("big",) and results["gx.length.rejected"].offending == ("big",)
     assert results["gx.unique.id"].status == "pass"  # a null id is not a duplicate (GX skips nulls)
+
+
+def test_prewarm_imports_gx_once_on_a_thread_and_the_suite_runs_after_it():
+    """`prefdata check` starts GX's import before reading its data (gx_suite.prewarm): one thread per
+    process however often it is called, the module loaded, and the suite's results as without it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading, polars as pl\n"
+        "from prefdata.checks import gx_suite\n"
+        "assert 'great_expectations' not in sys.modules\n"
+        "gx_suite.prewarm(); gx_suite.prewarm()\n"
+        "threads = [t for t in threading.enumerate() if t.name == 'gx-import']\n"
+        "assert len(gx_suite._PREWARM) == 1 and len(threads) <= 1\n"
+        "results = gx_suite.run_expectations(pl.DataFrame({'id': ['a', 'a'], 'prompt': ['p', 'q'],\n"
+        "                                                  'chosen': ['x', 'y'], 'rejected': ['xx', 'yyy']}))\n"
+        "assert 'great_expectations' in sys.modules and not gx_suite._PREWARM[0].is_alive()\n"
+        "print(sorted((r.id, r.status, r.offending) for r in results if r.status != 'pass'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("[('gx.length_ratio', 'fail', ('a',)), ('gx.unique.id', 'fail', ('a',))]")
