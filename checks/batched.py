@@ -125,7 +125,8 @@ def _row_local(check_id: str, function: Callable[..., CheckResult],
 def _degenerate(inputs: Any, frame: pl.DataFrame, last: bool) -> dict[str, Any]:
     from .checklist import lost_for
 
-    return {"pairs": frame, "comparisons": inputs.comparisons, "lost": lost_for(inputs, "degenerate_pairs") if last else None}
+    lost = lost_for(inputs, "degenerate_pairs") if last else None
+    return {"pairs": frame, "comparisons": inputs.comparisons, "lost": lost}
 
 
 # -- duplicates over the shards -------------------------------------------------------------------

@@ -239,6 +239,7 @@ def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir
         results = strictly(results)
     passed = gate(results)
     report = report_json(results, passed, report_dir)  # names the complete offending lists written below
-    written = (write_reports(results, report_dir, plots_for(inputs, results), title, pairs=_example_pairs(inputs, results))
+    written = (write_reports(results, report_dir, plots_for(inputs, results), title,
+                             pairs=_example_pairs(inputs, results))
                if report_dir else {})  # the pairs: report.html shows failing checks' example pairs
     return GateOutcome(passed, results, report, written)

@@ -2,7 +2,8 @@
 
     <root>/<name>/<version>/
         README.md                         dataset card (HF YAML header: one config per table)
-        data/<split>-00000-of-00001.parquet   preference pairs      (config "default")
+        data/<split>-00000-of-00001.parquet   preference pairs      (config "default"; a big import
+                                          writes one shard per batch: <split>-<k>-of-<n>.parquet)
         sft/<split>-00000-of-00001.parquet    chosen-only SFT subset (config "sft")
         comparisons/train-...parquet      every comparison with its label (config "comparisons")
         votes/train-...parquet            annotator votes, long      (config "votes")
@@ -173,7 +174,8 @@ class _Shards:
             folder = CONFIG_DIRS[config]
             for split, frame in sorted(splits.items()):
                 schema = {c: str(t) for c, t in frame.schema.items()}
-                if config in self.schema and self.added > 1 and self.schema[config] != schema:  # a reader stacks the shards
+                # a reader stacks the shards: every batch has the schema of the first
+                if config in self.schema and self.added > 1 and self.schema[config] != schema:
                     raise ValueError(f"batch {k} of {config!r} has another schema than the batches before it: "
                                      f"{schema} != {self.schema[config]}")
                 self.schema[config] = schema
