@@ -41,15 +41,20 @@ def rule_module(tmp_path, monkeypatch) -> str:
     return "collect_rules:checksum"
 
 
+def collect_args(tmp_path, prompts, model, rule: str, name: str) -> tuple[str, ...]:
+    """`prefdata collect` on the tiny model with a rule judge, everything it writes under tmp_path."""
+    return ("collect", "--prompts", str(prompts), "--policy", str(model), "--judge", f"rule:{rule}",
+            "--name", name, "--candidates", "2", "--max-new-tokens", "4",
+            "--cache-dir", str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "queues"),
+            "--store", str(tmp_path / "store"), "--json", str(tmp_path / "run.json"))
+
+
 def test_collect_makes_a_draft_and_a_rerun_hits_the_cache(prefect_api, tiny_llama, tmp_path, rule_module,
                                                           sample_calls, capsys):
     calls = sample_calls
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("What is 2+2?\nName a colour.\nSay hi.\nCount to three.\n")
-    args = ("collect", "--prompts", str(prompts), "--policy", str(tiny_llama), "--judge", f"rule:{rule_module}",
-            "--name", "tiny-collect", "--candidates", "2", "--max-new-tokens", "4",
-            "--cache-dir", str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "queues"),
-            "--store", str(tmp_path / "store"), "--json", str(tmp_path / "run.json"))
+    args = collect_args(tmp_path, prompts, tiny_llama, rule_module, "tiny-collect")
     code, out, err = cli(capsys, *args)
     assert code == 0, out + err
     for stage in ("sample:", "pair:", "judge:", "route:", "humans:", "draft:"):
@@ -81,10 +86,7 @@ def test_collect_shows_each_stage_live_on_stderr_and_a_rerun_shows_them_from_the
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("".join(f"What is {i}+{i}?\n" for i in range(20)))
-    args = ("collect", "--prompts", str(prompts), "--policy", str(tiny_llama), "--judge", f"rule:{rule_module}",
-            "--name", "tiny-progress", "--candidates", "2", "--max-new-tokens", "4",
-            "--cache-dir", str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "queues"),
-            "--store", str(tmp_path / "store"), "--json", str(tmp_path / "run.json"))
+    args = collect_args(tmp_path, prompts, tiny_llama, rule_module, "tiny-progress")
     code, out, err = cli(capsys, *args)
     assert code == 0, out + err
     result = json.loads((tmp_path / "run.json").read_text())
