@@ -1,10 +1,15 @@
 """PPO peak memory: one shared base with adapters (trainers/ppo.py) against four separate models.
 
     .venv/bin/python bench/bench_ppo_memory.py [--hidden 768 --layers 8 --batch 16 --steps 2] [--checkpointing]
-                                               [--vocab N]
+                                               [--no-fragmentation] [--vocab N]
 
 --checkpointing turns activation checkpointing on in every configuration alike (PPOConfig's
-activation_checkpointing; the separate set-up's policy and critic copies too). --vocab N (a diagnostic)
+activation_checkpointing; the separate set-up's policy and critic copies too). --no-fragmentation runs
+every configuration with glibc's mmap threshold fixed at 128 KB (MALLOC_MMAP_THRESHOLD_=131072): every
+tensor of 128 KB or more gets its own mapping and goes back to the system when freed, so RSS is close to
+the live memory (what torch.cuda.max_memory_allocated reports on a GPU). Without it, glibc's dynamic
+threshold rises to the largest tensor freed so far, later activation-sized tensors land in the heap, and
+the freed heap stays resident: 10-35% of what PPO adds, in every configuration. --vocab N (a diagnostic)
 gives every model an N-row vocabulary instead of the char tokenizer's 77 (the extra rows are never in a
 prompt, but they are sampled and cost what a real vocabulary costs: embedding, LM head and logits).
 
@@ -27,7 +32,8 @@ imports, i.e. what the models, the optimizer and the activations added; and the 
 own peak (the peak reset once every model is loaded, minus the same baseline), which leaves out
 from_pretrained's loading transient (the safetensors pages mapped while a copy is materialised). On CPU, RSS is the honest
 figure: torch's CPU allocator has no peak counter, and tracemalloc does not see torch's tensors.
-Time per PPO step is the mean of the steps after the first.
+Time per PPO step is the mean of the steps after the first. The last line compares the reward adapter's
+figure with issue 14's target (<= 0.3x four separate models).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.memory import add_size_args, reset_peak, run_child, status_mb  # noqa: E402
 
 LOADED: dict = {}
+TARGET = 0.3  # issue 14 item 5: the reward adapter configuration's added memory against four separate models
+NO_FRAGMENTATION = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def loaded() -> None:
@@ -82,6 +90,19 @@ def build_models(root: Path, hidden: int, layers: int, vocab: int | None = None)
     rm.save_pretrained(root / "rm-lora" / "adapter")
     rm.merge_and_unload().save_pretrained(root / "rm-lora")
     tok.save_pretrained(root / "rm-lora")
+
+
+def lora_share(policy: Path, r: int = 16) -> float:
+    """A rank-r LoRA on every linear layer, as a share of the model's parameters: with AdamW a trained
+    adapter costs four times its size (weights, gradients, two moments), so this share decides how much
+    of the shared set-up is adapters rather than the one base."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    base = sum(p.numel() for p in model.parameters())
+    model = get_peft_model(model, LoraConfig(r=r, target_modules="all-linear", task_type="CAUSAL_LM"))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad) / base
 
 
 def prompts(n: int) -> list[str]:
@@ -206,6 +227,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser, batch=16, steps=2)
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every configuration")
+    parser.add_argument("--no-fragmentation", action="store_true",
+                        help="every configuration with glibc's mmap threshold at 128 KB (RSS ~ live memory)")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary rows of every model (default: the char tokenizer's 77)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -218,12 +241,17 @@ def main() -> None:
         build_models(root, args.hidden, args.layers, args.vocab)
         n_params = sum(f.stat().st_size for f in (root / "policy").glob("*.safetensors")) / 4 / 1e6
         print(f"model: ~{n_params:.0f}M parameters (fp32 {n_params * 4:.0f} MB), vocab {args.vocab or 'char'}, "
-              f"batch {args.batch}, {args.steps} steps")
+              f"batch {args.batch}, {args.steps} steps; LoRA r=16 on every linear layer: "
+              f"{lora_share(root / 'policy'):.1%} of the base's parameters; "
+              f"activation checkpointing {'on' if args.checkpointing else 'off'}; allocator "
+              f"{'MALLOC_MMAP_THRESHOLD_=131072' if args.no_fragmentation else 'glibc default'} in every configuration")
+        env = {**os.environ, **NO_FRAGMENTATION} if args.no_fragmentation else None
         results = {}
         for mode in ("shared-rule", "shared-rm", "shared-rm-adapter", "separate"):
             results[mode] = run_child(__file__, [
                 "--child", mode, "--root", str(root), "--hidden", str(args.hidden), "--layers", str(args.layers),
-                "--batch", str(args.batch), "--steps", str(args.steps), *(["--checkpointing"] if args.checkpointing else [])])
+                "--batch", str(args.batch), "--steps", str(args.steps), *(["--checkpointing"] if args.checkpointing else [])],
+                env=env)
             r = results[mode]
             print(f"{mode:17s} peak RSS {r['peak_mb']:7.0f} MB  added by PPO {r['added_mb']:7.0f} MB  "
                   f"training phase {r['train_added_mb'] or 0:7.0f} MB  step {r['step_seconds']:.2f} s")
@@ -234,6 +262,8 @@ def main() -> None:
                      sep["train_added_mb"] else "")
             print(f"{mode} / separate: added {r['added_mb'] / sep['added_mb']:.2f}x, "
                   f"peak RSS {r['peak_mb'] / sep['peak_mb']:.2f}x{train}")
+        ratio = results["shared-rm-adapter"]["added_mb"] / sep["added_mb"]
+        print(f"reward adapter / separate {ratio:.3f}x: target <= {TARGET}x {'met' if ratio <= TARGET else 'not met'}")
 
 
 if __name__ == "__main__":
