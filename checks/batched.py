@@ -7,18 +7,22 @@ of ~14 GB.
 How each check runs (run_checklist swaps in these functions when CheckInputs.shards is set):
 - row-local checks that read the responses (ROW_LOCAL) run shard by shard, each the very check
   function, and their results combine: offending ids in row order, metric = offending / rows, the
-  same threshold rule, details merged (counts summed, examples cut to the same length);
+  same threshold rule, details merged (counts summed, examples cut to the same length, the check's
+  parameters as given), and the message the check's own message function (e.g. content.py
+  `safety_message`) builds from the merged details: the in-memory run's message;
 - near and exact duplicates run their engines over the shards (checks/shards.py ShardTexts): the
   texts are prepared a block at a time, and only the rows verification needs are read again;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
-tests/test_batched.py checks that each status, metric and offending list equals the in-memory run's.
+tests/test_batched.py checks that each status, metric and offending list equals the in-memory run's,
+and each row-local check's message and counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -30,6 +34,8 @@ from .frames import text_chars
 RESPONSES = ("chosen", "rejected")  # what stays in the shards
 ROW_LOCAL = ("degenerate_pairs", "answer_leakage", "safety", "template_fit")
 SHARD_KEYS = "batched.exact_keys"  # CheckInputs.derived: near_duplicates' (prompt, pair) hashes for exact
+# a row-local check's message from (merged details, offending rows, rows, threshold): see `combine`
+Message = Callable[[dict[str, Any], int, int, float], str]
 
 
 def thin(frame: pl.DataFrame) -> pl.DataFrame:
@@ -83,8 +89,12 @@ def _merge(values: list[Any]) -> Any:
     return first
 
 
-def combine(check_id: str, results: list[CheckResult], n_rows: int) -> CheckResult:
-    """The shards' results of one row-local check as the result on all `n_rows` rows."""
+def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Message,
+            parameters: Collection[str] = ()) -> CheckResult:
+    """The shards' results of one row-local check as the result on all `n_rows` rows. Details are
+    merged (`_merge`) but for those named like one of the check's `parameters` (ngram, max_length...:
+    the same in every shard, not counts to sum), which are the first shard's. The message is the
+    check's own, `message(details, offending rows, n_rows, threshold)` on the merged details."""
     errors = [r for r in results if r.status == "error"]
     if errors:
         return errors[0]
@@ -96,14 +106,16 @@ def combine(check_id: str, results: list[CheckResult], n_rows: int) -> CheckResu
     metric = len(offending) / n_rows if n_rows else 0.0
     status = "fail" if metric > threshold else "pass"
     details = _merge([r.details for r in ran])
+    details.update({k: ran[0].details[k] for k in parameters if k in ran[0].details})
     details["shards"] = len(results)
-    message = (f"{len(offending)} of {n_rows} rows offend ({metric:.2%}; allowed share {threshold:g}), "
-               f"checked shard by shard over {len(results)} shards")
-    return CheckResult(check_id, status, metric, ran[0].threshold, offending, message, details)
+    return CheckResult(check_id, status, metric, ran[0].threshold, offending,
+                       message(details, len(offending), n_rows, threshold), details)
 
 
-def _row_local(check_id: str, function: Callable[..., CheckResult],
+def _row_local(check_id: str, function: Callable[..., CheckResult], message: Message,
                bind: Callable[[Any, pl.DataFrame, bool], dict[str, Any]]) -> Callable[..., CheckResult]:
+    parameters = tuple(inspect.signature(function).parameters)
+
     def run(inputs: Any, **params: Any) -> CheckResult:
         shards = inputs.shards
         results, rows = [], 0
@@ -117,7 +129,7 @@ def _row_local(check_id: str, function: Callable[..., CheckResult],
 
             lost = lost_for(inputs, check_id)
             rows += lost.height if lost is not None else 0
-        return combine(check_id, results, rows)
+        return combine(check_id, results, rows, message, parameters)
 
     return run
 
@@ -174,15 +186,16 @@ def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts:
 
 def registry() -> dict[str, Callable[..., CheckResult]]:
     """check id -> its batched function, called with the CheckInputs and the check's parameters."""
-    from .content import check_answer_leakage, check_safety
-    from .structure import check_degenerate_pairs
-    from .template_fit import check_template_fit
+    from .content import check_answer_leakage, check_safety, leakage_message, safety_message
+    from .structure import check_degenerate_pairs, degenerate_message
+    from .template_fit import check_template_fit, fit_message
 
     return {
-        "degenerate_pairs": _row_local("degenerate_pairs", check_degenerate_pairs, _degenerate),
-        "answer_leakage": _row_local("answer_leakage", check_answer_leakage, lambda i, f, last: {"pairs": f}),
-        "safety": _row_local("safety", check_safety, lambda i, f, last: {"pairs": f}),
-        "template_fit": _row_local("template_fit", check_template_fit,
+        "degenerate_pairs": _row_local("degenerate_pairs", check_degenerate_pairs, degenerate_message, _degenerate),
+        "answer_leakage": _row_local("answer_leakage", check_answer_leakage, leakage_message,
+                                     lambda i, f, last: {"pairs": f}),
+        "safety": _row_local("safety", check_safety, safety_message, lambda i, f, last: {"pairs": f}),
+        "template_fit": _row_local("template_fit", check_template_fit, fit_message,
                                    lambda i, f, last: {"pairs": f, "tokenizer": i.tokenizer}),
         "near_duplicates": near_duplicates,
         "exact_duplicates": exact_duplicates,

@@ -286,27 +286,36 @@ def check_safety(
     share = n_flagged / n
     status = "fail" if share > max_flagged_share else "pass"
     per_cat = {c: int(v.sum()) for c, v in by_category.items()}
-    named = ", ".join(f"{c} {k}" for c, k in per_cat.items() if k) or "none"
-    message = (
-        f"{n_flagged} of {n} rows ({share:.2%}) have flagged text in {', '.join(present)} "
-        f"(by category: {named}); allowed share {max_flagged_share:.2%}"
-    )
-    if missing:
-        message += f"; columns not present: {', '.join(missing)}"
+    details = {
+        "scorer": repr(scorer),
+        "score_threshold": threshold,
+        "columns": present,
+        "missing_columns": missing,
+        "n_rows": n,
+        "n_offending": n_flagged,
+        "by_category": per_cat,
+        "by_column": by_column,
+        "by_column_category": by_column_category,
+    }
     return CheckResult(
-        SAFETY_ID, status, metric=share, threshold=max_flagged_share, offending=ids(pairs, row_flag), message=message,
-        details={
-            "scorer": repr(scorer),
-            "score_threshold": threshold,
-            "columns": present,
-            "missing_columns": missing,
-            "n_rows": n,
-            "n_offending": n_flagged,
-            "by_category": per_cat,
-            "by_column": by_column,
-            "by_column_category": by_column_category,
-        },
+        SAFETY_ID, status, metric=share, threshold=max_flagged_share, offending=ids(pairs, row_flag),
+        message=safety_message(details, n_flagged, n, max_flagged_share), details=details,
     )
+
+
+def safety_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
+    """`check_safety`'s message from its details (`columns`, `missing_columns`, `by_category`), the
+    number of flagged rows and of rows, and `max_flagged_share`. A pure function of counts, so the
+    shard-by-shard run (checks/batched.py) builds it from merged details."""
+    share = n_offending / n_rows if n_rows else 0.0
+    named = ", ".join(f"{c} {k}" for c, k in details["by_category"].items() if k) or "none"
+    message = (
+        f"{n_offending} of {n_rows} rows ({share:.2%}) have flagged text in {', '.join(details['columns'])} "
+        f"(by category: {named}); allowed share {threshold:.2%}"
+    )
+    if details["missing_columns"]:
+        message += f"; columns not present: {', '.join(details['missing_columns'])}"
+    return message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,24 +607,33 @@ def check_answer_leakage(
     n_flagged = int(row_flag.sum())
     metric = n_flagged / n
     status = "fail" if metric > threshold else "pass"
+    details = {
+        "targets": targets,
+        "ngram": ngram,
+        "max_overlap": max_overlap,
+        "min_chars": min_chars,
+        "n_rows": n,
+        "n_offending": n_flagged,
+        "by_target": by_target,
+        "max_overlap_seen": max_share_seen,
+    }
+    return CheckResult(
+        LEAKAGE_ID, status, metric=metric, threshold=threshold, offending=ids(pairs, row_flag),
+        message=leakage_message(details, n_flagged, n, threshold), details=details,
+    )
+
+
+def leakage_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
+    """`check_answer_leakage`'s message from its details (`by_target` counts, the `ngram` and
+    `max_overlap` parameters) and the number of flagged rows and of rows (`threshold` is always 0.0
+    and not shown). A pure function of counts, so the shard-by-shard run (checks/batched.py) builds
+    it from merged details."""
+    ngram, max_overlap = details["ngram"], details["max_overlap"]
     parts = "; ".join(
         f"{t}: {d['verbatim']} verbatim, {d['ngram_overlap']} with > {max_overlap:.0%} of {ngram}-grams, "
-        f"{d['short_substring']} short answers" for t, d in by_target.items()
+        f"{d['short_substring']} short answers" for t, d in details["by_target"].items()
     )
-    message = f"{n_flagged} of {n} prompts contain their answer ({parts})"
-    return CheckResult(
-        LEAKAGE_ID, status, metric=metric, threshold=threshold, offending=ids(pairs, row_flag), message=message,
-        details={
-            "targets": targets,
-            "ngram": ngram,
-            "max_overlap": max_overlap,
-            "min_chars": min_chars,
-            "n_rows": n,
-            "n_offending": n_flagged,
-            "by_target": by_target,
-            "max_overlap_seen": max_share_seen,
-        },
-    )
+    return f"{n_offending} of {n_rows} prompts contain their answer ({parts})"
 
 
 # ---------------------------------------------------------------------------------------------

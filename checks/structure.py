@@ -330,20 +330,27 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
     offending += tuple(lost["id"].cast(pl.String).to_list())
     n = pairs.height + lost.height
     metric = len(offending) / n
-    listed = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in reasons.items() if v) or "none"
+    details = {"reasons": reasons, "examples": examples, "checked": checked,
+               "n_pairs": n, "n_offending": len(offending), "lost_at_read": lost.height}
+    return CheckResult(check_id, _status(metric > 0.0), metric=metric, threshold=0.0, offending=offending,
+                       message=degenerate_message(details, len(offending), n, 0.0), details=details)
+
+
+def degenerate_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
+    """`check_degenerate_pairs`' message from its details (`reasons`, `lost_at_read`, `checked`),
+    the number of degenerate pairs and of pairs (`threshold` is always 0.0 and not shown). A pure
+    function of counts, so the shard-by-shard run (checks/batched.py) builds it from merged details."""
+    listed = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in details["reasons"].items() if v) or "none"
+    checked = details["checked"]
     not_run = [what for what, ran in (("tie labels (pass comparisons with id and label)", checked["comparisons"]),
                                       ("tied scores (score_chosen/score_rejected columns)", checked["scores"]))
                if not ran]
-    message = f"{len(offending)} of {n} pairs are degenerate ({listed})"
-    if lost.height:
-        message += f"; {lost.height} of them left out at read"
+    message = f"{n_offending} of {n_rows} pairs are degenerate ({listed})"
+    if details["lost_at_read"]:
+        message += f"; {details['lost_at_read']} of them left out at read"
     if not_run:
         message += "; not checked: " + ", ".join(not_run)
-    return CheckResult(
-        check_id, _status(metric > 0.0), metric=metric, threshold=0.0, offending=offending, message=message,
-        details={"reasons": reasons, "examples": examples, "checked": checked,
-                 "n_pairs": n, "n_offending": len(offending), "lost_at_read": lost.height},
-    )
+    return message
 
 
 def check_unreadable_rows(lost: pl.DataFrame | None, n_read: int, max_share: float = 0.0) -> CheckResult:

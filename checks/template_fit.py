@@ -42,6 +42,7 @@ DEFAULT_MAX_LENGTH = 1024
 # A pair the trainer mangles is a silent bug, not noise to tolerate: by default none may offend.
 DEFAULT_MAX_OFFENDING_SHARE = 0.0
 BATCH = 1024  # texts per tokenizer call: a fast tokenizer parallelises inside a batch
+PROBLEMS = ("truncated", "doubled_bos", "missing_eos", "prompt_not_prefix")  # a pair's problems, in this order
 HOW_TO_RUN = "no tokenizer given: run `prefdata check DATA --tokenizer MODEL_DIR [--max-length N]`"
 
 
@@ -160,14 +161,19 @@ def check_template_fit(pairs: pl.DataFrame, tokenizer: Any = None, max_length: i
         return skip(CHECK_ID, "no pairs to render", max_offending_share)
     problems = fit_problems(pairs, tokenizer, max_length, chat_template)
     share = len(problems) / pairs.height
-    counts = {kind: sum(kind in found for found in problems.values())
-              for kind in ("truncated", "doubled_bos", "missing_eos", "prompt_not_prefix")}
+    counts = {kind: sum(kind in found for found in problems.values()) for kind in PROBLEMS}
     status = "fail" if share > max_offending_share else "pass"
-    named = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "none"
     template = "chat template" if _templated(tokenizer, chat_template) else "plain concatenation"
-    message = (f"{len(problems)} of {pairs.height} pairs would not reach the trainer intact ({named}); "
-               f"rendered with the tokenizer's {template}, max_length {max_length}")
+    details = {**counts, "max_length": max_length, "template": template, "n_offending": len(problems),
+               "problems": dict(list(problems.items())[:20])}
     return CheckResult(CHECK_ID, status, metric=share, threshold=max_offending_share, offending=tuple(problems),
-                       message=message, details={**counts, "max_length": max_length, "template": template,
-                                                 "n_offending": len(problems),
-                                                 "problems": dict(list(problems.items())[:20])})
+                       message=fit_message(details, len(problems), pairs.height, max_offending_share), details=details)
+
+
+def fit_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
+    """`check_template_fit`'s message from its details (the count of each PROBLEMS kind, `template`,
+    `max_length`) and the number of offending pairs and of pairs (`threshold` is not shown). A pure
+    function of counts, so the shard-by-shard run (checks/batched.py) builds it from merged details."""
+    named = ", ".join(f"{details[kind]} {kind}" for kind in PROBLEMS if details[kind]) or "none"
+    return (f"{n_offending} of {n_rows} pairs would not reach the trainer intact ({named}); "
+            f"rendered with the tokenizer's {details['template']}, max_length {details['max_length']}")

@@ -1,5 +1,6 @@
 """The checklist over shards (checks/batched.py: what `check`, `publish` and `filter` run on data too
-big for memory) gives the in-memory run's results: every status, metric and offending list."""
+big for memory) gives the in-memory run's results: every status, metric and offending list, and the
+row-local checks' messages (each check's own, built from the shards' merged details)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import polars as pl
 import pytest
 
 from bench.realistic import make_realistic_pairs
+from bench.tiny_models import build_char_tokenizer
 from prefdata.checks.batched import ROW_LOCAL
 from prefdata.checks.checklist import default_config, run_checklist
 from prefdata.gate import load_inputs
@@ -19,11 +21,14 @@ N = 3_000
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory):
     """Realistic pairs with every injected fault, a held-out split (split_isolation runs) and
-    exact copies of train prompts in it, written in small row groups."""
+    exact copies of train prompts in it, written in small row groups. Every 500th row has tied
+    scores: degenerate pairs the import keeps, so degenerate_pairs flags rows in several shards."""
     frame, _ = make_realistic_pairs(N, seed=11)
     split = pl.Series(["test" if i % 9 == 0 else "train" for i in range(N)])
+    tied = pl.int_range(pl.len()) % 500 == 250
     path = tmp_path_factory.mktemp("batched") / "pairs.parquet"
-    frame.with_columns(split=split).write_parquet(path, row_group_size=400)
+    frame.with_columns(split=split, score_rejected=pl.when(tied).then("score_chosen").otherwise("score_rejected")
+                       ).write_parquet(path, row_group_size=400)
     return path
 
 
@@ -42,6 +47,20 @@ def assert_same_results(batched, whole) -> None:
         if r.id not in ROW_LOCAL:
             mine = {k: v for k, v in r.details.items() if k != "seconds"}
             assert mine == {k: v for k, v in by_id[r.id].details.items() if k != "seconds"}, r.id
+        else:  # the shards' merged details give the check's own message, and its counts and parameters
+            assert r.message == by_id[r.id].message, r.id
+            if r.status != "skip":
+                assert r.details["shards"] > 1, r.id
+            # examples (and template_fit's first problems) are each shard's first few, not the first overall
+            differ = {"seconds", "shards", "examples", "problems"}
+            mine = {k: v for k, v in r.details.items() if k not in differ}
+            assert mine == {k: v for k, v in by_id[r.id].details.items() if k not in differ}, r.id
+
+
+def offending_shards(inputs, result) -> set[int]:
+    """The shards that hold the rows a result flags."""
+    shard_of = {i: k for k, (_, frame) in enumerate(inputs.shards.frames()) for i in frame["id"].to_list()}
+    return {shard_of[i] for i in result.offending if i in shard_of}
 
 
 def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monkeypatch):
@@ -52,12 +71,18 @@ def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monke
     assert inputs.shards is not None and len(inputs.shards.paths) == 5
     assert "chosen" not in inputs.pairs.columns and inputs.pairs.height == whole_inputs.pairs.height
     assert info["import"] == import_file(pairs_file).summary()
+    # a char-level tokenizer: template_fit runs, and cuts the longer pairs at max_length
+    whole_inputs.tokenizer = inputs.tokenizer = build_char_tokenizer()
     whole = run_checklist(whole_inputs, default_config())
     batched = run_checklist(inputs, default_config())
     # the data has every kind of fault: the comparison is not between empty lists
     failing = {r.id for r in whole if r.status == "fail"}
     assert {"exact_duplicates", "near_duplicates", "length_ratio", "answer_leakage", "split_isolation",
-            "degenerate_pairs"} <= failing
+            "degenerate_pairs", "safety", "template_fit"} <= failing
+    # each row-local check flags rows in several shards: the shards' details are merged, not one shard's
+    for r in batched:
+        if r.id in ROW_LOCAL:
+            assert len(offending_shards(inputs, r)) > 1, r.id
     assert_same_results(batched, whole)
 
 
