@@ -7,6 +7,9 @@ version's quarantine with the check that flagged it, and rows in = rows kept + r
 
 from __future__ import annotations
 
+import tempfile
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -51,35 +54,45 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     own_votes = inputs.votes
     if votes is not None:
         import hashlib
-        from pathlib import Path
 
         lineage["components"]["filter"]["votes"] = {"path": str(votes),
                                                     "sha256": hashlib.sha256(Path(votes).read_bytes()).hexdigest()}
         own_votes = store.load(parent.ref, "votes") if "votes" in parent.manifest["counts"]["rows"] else None
-    quarantine: list[dict[str, Any]] = []
     read = kept = 0
+    reasons: Counter[str] = Counter()
     done: dict[str, Any] = {}
     flagged = pl.Series(list(reason_of), dtype=pl.String).implode()
+    # The dropped rows, text and all, wait on disk (Arrow IPC, a file per frame) until the store writes
+    # the quarantine a line at a time: a filter over shards never holds all of them in memory.
+    spill = tempfile.TemporaryDirectory(prefix="prefdata-filter-")
+    spilled: list[Path] = []
 
     def batches():  # the pairs a frame at a time: the whole frame, or each shard of a sharded version
         nonlocal read, kept
         frames = [inputs.pairs] if inputs.shards is None else (frame for _, frame in inputs.shards.frames())
         for pairs in frames:
             dropped = pairs.select(pl.col("id").cast(pl.String).is_in(flagged)).to_series()
-            quarantine.extend(
-                {"id": row["id"], "reason": f"check:{reason_of[row['id']]}",
-                 "detail": f"flagged by {reason_of[row['id']]}", "row": None, "raw": row}
-                for row in pairs.filter(dropped).iter_rows(named=True))
-            read, kept = read + pairs.height, kept + pairs.height - int(dropped.sum())
+            rows = pairs.filter(dropped)
+            if rows.height:
+                spilled.append(Path(spill.name) / f"{len(spilled)}.arrow")
+                rows.write_ipc(spilled[-1], compression="lz4")
+                reasons.update(f"check:{reason_of[i]}" for i in rows["id"].cast(pl.String))
+            read, kept = read + pairs.height, kept + pairs.height - rows.height
             tables = tables_for(pairs.filter(~dropped))
-            del pairs  # before the next shard is read
+            del pairs, rows  # before the next shard is read
             yield tables
             del tables
 
+    def quarantine():  # in row order, as the row-by-row filter wrote it
+        for path in spilled:
+            for row in pl.read_ipc(path).iter_rows(named=True):
+                yield {"id": row["id"], "reason": f"check:{reason_of[row['id']]}",
+                       "detail": f"flagged by {reason_of[row['id']]}", "row": None, "raw": row}
+
     def ending():
-        reasons = pl.Series([q["reason"] for q in quarantine], dtype=pl.String).value_counts(sort=True)
-        counts = {"read": read, "kept": kept, "quarantined": len(quarantine), "pairs": kept,
-                  "unresolved": {}, "reasons": dict(reasons.iter_rows()) if quarantine else {}, "format": "filtered"}
+        quarantined = sum(reasons.values())
+        counts = {"read": read, "kept": kept, "quarantined": quarantined, "pairs": kept, "unresolved": {},
+                  "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))), "format": "filtered"}
         if counts["read"] != counts["kept"] + counts["quarantined"]:  # a bug, never the user's input
             raise RuntimeError(f"filter counts do not reconcile: read {counts['read']} != kept {counts['kept']} "
                                f"+ quarantined {counts['quarantined']}")
@@ -89,15 +102,16 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
             extra["comparisons"] = {"train": inputs.comparisons}
         if own_votes is not None:
             extra["votes"] = {"train": own_votes}
-        return extra, quarantine, counts, lineage
+        return extra, quarantine(), counts, lineage
 
-    n_batches = 1 if inputs.shards is None else len(inputs.shards.paths)
-    if inputs.shards is None:  # one frame: its tables and the rest together, as `create` writes them
-        tables = next(batches())
-        extra, _, counts, _ = ending()
-        child = store.create(name or parent.name, {**tables, **extra}, quarantine=quarantine, counts=counts,
-                             lineage=lineage, guidelines=inputs.card_text)
-        return child, counts
-    child = store.create_sharded(name or parent.name, batches(), ending, n_batches=n_batches,
-                                 guidelines=inputs.card_text)
-    return child, done["counts"]
+    with spill:
+        n_batches = 1 if inputs.shards is None else len(inputs.shards.paths)
+        if inputs.shards is None:  # one frame: its tables and the rest together, as `create` writes them
+            tables = next(batches())
+            extra, rejected, counts, _ = ending()
+            child = store.create(name or parent.name, {**tables, **extra}, quarantine=rejected, counts=counts,
+                                 lineage=lineage, guidelines=inputs.card_text)
+            return child, counts
+        child = store.create_sharded(name or parent.name, batches(), ending, n_batches=n_batches,
+                                     guidelines=inputs.card_text)
+        return child, done["counts"]

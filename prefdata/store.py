@@ -31,6 +31,7 @@ import datetime as dt
 import errno
 import hashlib
 import hmac
+import itertools
 import io
 import json
 import os
@@ -246,7 +247,7 @@ class Store:
         name: str,
         tables: dict[str, dict[str, pl.DataFrame]],
         *,
-        quarantine: list[dict[str, Any]] | None = None,
+        quarantine: Iterable[dict[str, Any]] | None = None,
         counts: dict[str, Any],
         lineage: dict[str, Any],
         guidelines: str | None = None,
@@ -261,7 +262,7 @@ class Store:
         self,
         name: str,
         batches: Iterable[dict[str, dict[str, pl.DataFrame]]],
-        ending: Callable[[], tuple[dict[str, dict[str, pl.DataFrame]], list[dict[str, Any]] | None,
+        ending: Callable[[], tuple[dict[str, dict[str, pl.DataFrame]], Iterable[dict[str, Any]] | None,
                                    dict[str, Any], dict[str, Any]]],
         *,
         n_batches: int = 1,
@@ -270,7 +271,8 @@ class Store:
         """A version written a batch of tables at a time, so that no more than one batch of a big
         dataset is ever in memory: batch k's frames become `<folder>/<split>-<k>-of-<n_batches>.parquet`
         as soon as the batch comes. `ending()`, called after the last batch, gives the tables that
-        need every batch first (each one file), the quarantine, the counts and the lineage. A version
+        need every batch first (each one file), the quarantine (a list, or any iterable: it is written
+        a line at a time), the counts and the lineage. A version
         of one batch is what `create` writes; the same content in the same batches is the same version.
         """
         check_name(name)
@@ -295,9 +297,10 @@ class Store:
 
     def _write_version(self, name, staging, shards: _Shards, quarantine, counts, lineage, guidelines) -> Version:
         files = dict(shards.files)
-        if quarantine:
-            body = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine)
-            files["quarantine.jsonl"] = self._put(staging, "quarantine.jsonl", body.encode("utf-8", "surrogatepass"))
+        lines = (json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine or ())
+        entry = self._put_lines(staging, "quarantine.jsonl", lines)
+        if entry is not None:
+            files["quarantine.jsonl"] = entry
         counts = {**counts, "rows": shards.rows}
         card = render_card(name, shards.configs, counts, guidelines)
         files["README.md"] = self._put(staging, "README.md", card.encode())
@@ -328,6 +331,24 @@ class Store:
         with self.fs.open(path, "wb") as handle:
             handle.write(data)
         return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+    def _put_lines(self, folder: str, rel: str, lines: Iterable[str], per_write: int = 10_000) -> dict[str, Any] | None:
+        """`_put` of text given a line at a time (a quarantine of millions of rows), hashed as written:
+        the file and its hash are those of the lines joined, and no lines write no file."""
+        path = f"{folder}/{rel}"
+        digest, size = hashlib.sha256(), 0
+        batch = list(itertools.islice(lines, per_write))
+        if not batch:
+            return None
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with self.fs.open(path, "wb") as handle:
+            while batch:
+                data = "".join(batch).encode("utf-8", "surrogatepass")
+                handle.write(data)
+                digest.update(data)
+                size += len(data)
+                batch = list(itertools.islice(lines, per_write))
+        return {"sha256": digest.hexdigest(), "bytes": size}
 
     def _rename(self, staging: str, final: str) -> None:
         if self.local:

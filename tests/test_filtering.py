@@ -33,6 +33,10 @@ def test_filter_hh_sample_then_publish_with_stated_waivers(store_root, shared_da
     assert child.manifest["lineage"]["sources"][0]["sha256"] == result.sources[0]["sha256"]
     kept = store.load(child.ref)
     assert kept.height == counts["kept"] and not set(kept["id"]) & {q["id"] for q in quarantined}
+    # each dropped row is in the quarantine whole, as the parent holds it (they wait on disk meanwhile)
+    parent_rows = {row["id"]: row for row in store.load(parent.ref).iter_rows(named=True)}
+    assert all(q["raw"] == json.loads(json.dumps(parent_rows[q["id"]])) for q in quarantined)
+    assert counts["reasons"] == {r: sum(q["reason"] == r for q in quarantined) for r in counts["reasons"]}
     assert store.verify(child.ref) == []
 
     config = load_config(REPO / "docs" / "examples" / "hh-sample-checklist.yaml")

@@ -170,3 +170,29 @@ def test_parquet_files_written_together_are_whole_and_hashed(store_root, tmp_pat
     assert store.load(v.ref, split="test")["prompt"].to_list() == [r["prompt"] for r in rows if r["split"] == "test"]
     assert store.load(v.ref, "sft")["completion"].to_list() == train["chosen"].to_list()
     assert store.verify(v.ref) == []
+
+
+def test_quarantine_streams_from_any_iterable_with_the_same_bytes(store_root):
+    """A writer with more rejected rows than memory (filter over shards) hands the store a generator:
+    the file, its hash and so the version are those of the same entries given as a list, and an empty
+    generator writes no quarantine, as an empty list does not."""
+    store = Store()
+    frame = pl.DataFrame({"prompt": ["p"], "chosen": ["a"], "rejected": ["b"], "id": ["x"]})
+    entries = [{"id": f"r{i}", "reason": "check:length_ratio", "detail": "naïve \u2028 text", "row": None,
+                "raw": {"prompt": "p" * i, "n": i}} for i in range(25_000)]  # more than one write's worth
+    counts = {"read": 1 + len(entries), "kept": 1, "quarantined": len(entries)}
+    lineage = {"parent": None, "sources": [], "flow_run": None, "components": {}}
+
+    def write(name: str, quarantine):
+        return store.create_sharded(name, [{"default": {"train": frame}}],
+                                    lambda: ({}, quarantine, counts, lineage))
+
+    listed, streamed = write("listed", entries), write("streamed", (e for e in entries))
+    assert streamed.manifest["files"]["quarantine.jsonl"] == listed.manifest["files"]["quarantine.jsonl"]
+    assert write("listed", (e for e in entries)).version == listed.version  # the name is in the card
+    lines = store.read_text(streamed.ref, "quarantine.jsonl").split("\n")[:-1]  # not splitlines: U+2028 is in a line
+    assert [json.loads(line) for line in lines] == entries
+    empty = write("empty", iter(()))
+    assert "quarantine.jsonl" not in empty.manifest["files"]
+    assert empty.version == write("empty", []).version
+    assert store.verify(streamed.ref) == []
