@@ -31,8 +31,8 @@ import datetime as dt
 import errno
 import hashlib
 import hmac
-import itertools
 import io
+import itertools
 import json
 import os
 import re
@@ -272,8 +272,8 @@ class Store:
         dataset is ever in memory: batch k's frames become `<folder>/<split>-<k>-of-<n_batches>.parquet`
         as soon as the batch comes. `ending()`, called after the last batch, gives the tables that
         need every batch first (each one file), the quarantine (a list, or any iterable: it is written
-        a line at a time), the counts and the lineage. A version
-        of one batch is what `create` writes; the same content in the same batches is the same version.
+        a line at a time), the counts and the lineage. A version of one batch is what `create` writes;
+        the same content in the same batches is the same version.
         """
         check_name(name)
         with self._writing():
