@@ -90,11 +90,14 @@ def _merge(values: list[Any]) -> Any:
 
 
 def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Message,
-            parameters: Collection[str] = ()) -> CheckResult:
+            parameters: Collection[str] = (),
+            derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> CheckResult:
     """The shards' results of one row-local check as the result on all `n_rows` rows. Details are
     merged (`_merge`) but for those named like one of the check's `parameters` (ngram, max_length...:
-    the same in every shard, not counts to sum), which are the first shard's. The message is the
-    check's own, `message(details, offending rows, n_rows, threshold)` on the merged details."""
+    the same in every shard, not counts to sum), which are the first shard's; `derive`, when given,
+    then recomputes from the merged counts what cannot be merged (a share: structure.py
+    `length_ratio_merged`). The message is the check's own, `message(details, offending rows,
+    n_rows, threshold)` on the merged details."""
     errors = [r for r in results if r.status == "error"]
     if errors:
         return errors[0]
@@ -107,6 +110,8 @@ def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Mes
     status = "fail" if metric > threshold else "pass"
     details = _merge([r.details for r in ran])
     details.update({k: ran[0].details[k] for k in parameters if k in ran[0].details})
+    if derive is not None:
+        details = derive(details)
     details["shards"] = len(results)
     return CheckResult(check_id, status, metric, ran[0].threshold, offending,
                        message(details, len(offending), n_rows, threshold), details)

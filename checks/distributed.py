@@ -1,10 +1,14 @@
 """The checklist's row-local checks and exact duplicates over a Dask DataFrame (docs/scaling.md).
 
 Row-local checks judge each row on its own, so each partition runs the very same check function
-(`prefdata.checks.*`) on its rows and the results combine by concatenation: the offending ids in
-partition order (= frame order), metric = offending rows / rows, and the status from the same
-threshold rule. `length_ratio`, `degenerate_pairs` (without comparisons), `answer_leakage` and
-`safety` (the lexicon) are such checks.
+(`prefdata.checks.*`) on its rows and the results combine as the shard-by-shard run's do
+(checks/batched.py `combine`): the offending ids in partition order (= frame order), metric =
+offending rows / rows, the status from the same threshold rule, details merged (counts summed, the
+check's parameters as given), and the message the check's own message function (MESSAGES) builds
+from the merged details: the in-memory run's message. `length_ratio`, `degenerate_pairs` (without
+comparisons), `answer_leakage` and `safety` (the lexicon) are such checks. What the merged details
+cannot give as one process does: each partition's first examples (not the first overall), and
+length_ratio's `median_ratio` / `p95_ratio`, left out (`structure.length_ratio_merged`).
 
 Exact duplicates need a shuffle: every row's normalised pair (`records.normalise_series` of prompt,
 chosen and rejected, joined by newlines, which normalised text cannot contain) is hashed to 64 bits
@@ -18,6 +22,7 @@ Partitions are pandas frames (what Dask DataFrame holds); each is turned into po
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -26,6 +31,7 @@ import polars as pl
 from prefdata.targets import load_target
 
 from .base import CheckResult, skip
+from .batched import combine
 
 # check id -> (module, function) of the row-local checks
 ROW_LOCAL: dict[str, tuple[str, str]] = {
@@ -33,6 +39,13 @@ ROW_LOCAL: dict[str, tuple[str, str]] = {
     "degenerate_pairs": ("prefdata.checks.structure", "check_degenerate_pairs"),
     "answer_leakage": ("prefdata.checks.content", "check_answer_leakage"),
     "safety": ("prefdata.checks.content", "check_safety"),
+}
+# check id -> (its message function, what recomputes its details after the merge or None), in its module
+MESSAGES: dict[str, tuple[str, str | None]] = {
+    "length_ratio": ("length_ratio_message", "length_ratio_merged"),
+    "degenerate_pairs": ("degenerate_message", None),
+    "answer_leakage": ("leakage_message", None),
+    "safety": ("safety_message", None),
 }
 EXACT_ID = "exact_duplicates"
 
@@ -43,6 +56,12 @@ def _check_function(check_id: str):
     return load_target(f"{module}:{name}", what=f"check {check_id!r}")
 
 
+def _in_module(check_id: str, name: str):
+    """A function of the row-local check's module (its message function...), by name."""
+    module, _ = ROW_LOCAL[check_id]
+    return load_target(f"{module}:{name}", what=f"check {check_id!r}'s {name}")
+
+
 def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, tuple[str, ...], CheckResult]:
     """One partition: (rows, offending ids, the check's own result on these rows)."""
     frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
@@ -51,23 +70,24 @@ def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tupl
 
 
 def _combine(check_id: str, parts: list[tuple[int, tuple[str, ...], CheckResult]]) -> CheckResult:
-    """The partitions' verdicts as one result: the check's own threshold, metric = offending / rows."""
+    """The partitions' verdicts as one result, by batched.py `combine` over the partitions that have
+    rows (an empty one's skip is left out): the check's own threshold, metric = offending / rows,
+    merged details and the check's own message; `details["partitions"]` counts every partition."""
     n = sum(p[0] for p in parts)
     results = [p[2] for p in parts if p[0]]
     if n == 0 or not results:
         return skip(check_id, "no rows")
-    if any(r.status == "error" for r in results):
-        return next(r for r in results if r.status == "error")
-    if all(r.status == "skip" for r in results):
-        return results[0]
-    offending = tuple(i for p in parts for i in p[1])
-    threshold = next(r.threshold for r in results if r.status != "skip")
-    metric = len(offending) / n
-    status = "fail" if metric > (threshold or 0.0) else "pass"
-    message = f"{len(offending)} of {n} rows offend ({metric:.2%}; allowed share {threshold or 0.0:g}), " \
-              f"over {len(parts)} partitions"
-    return CheckResult(check_id, status, metric, threshold, offending, message,
-                       {"n_rows": n, "n_offending": len(offending), "partitions": len(parts)})
+    message, derive = MESSAGES[check_id]
+    function = _check_function(check_id)
+    combined = combine(check_id, results, n, _in_module(check_id, message),
+                       tuple(inspect.signature(function).parameters),
+                       _in_module(check_id, derive) if derive else None)
+    if combined.status in ("error", "skip"):  # a partition's own result, as it gave it
+        return combined
+    details = {k: v for k, v in combined.details.items() if k != "shards"}
+    details["partitions"] = len(parts)
+    return CheckResult(check_id, combined.status, combined.metric, combined.threshold, combined.offending,
+                       combined.message, details)
 
 
 def _pair_keys(part: Any, offset: int) -> Any:

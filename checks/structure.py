@@ -224,30 +224,55 @@ def check_length_ratio(
     longer_c, longer_r = int(stats["chosen_longer"][0]), int(stats["rejected_longer"][0])
     metric = len(offending) / n
     median, p95 = stats["median"][0], stats["p95"][0]
-    bias = longer_c / (longer_c + longer_r) if longer_c + longer_r else None
     status = _status(metric > max_violation_share)
     unit = "chars" if lengths is None else "given"
-    message = (
-        f"{len(offending)} of {n} pairs ({metric:.1%}) have a chosen/rejected length ratio above {max_ratio:g} "
-        f"(allowed share {max_violation_share:g}); chosen is longer in "
+    details = {
+        "max_ratio": max_ratio,
+        "unit": unit,
+        "length_bias": _length_bias(longer_c, longer_r),
+        "n_chosen_longer": longer_c,
+        "n_rejected_longer": longer_r,
+        "n_equal_length": n - longer_c - longer_r,
+        "median_ratio": None if median is None else float(median),
+        "p95_ratio": None if p95 is None else float(p95),
+        "n_infinite": int(stats["n_infinite"][0]),
+        "n_pairs": n,
+        "n_offending": len(offending),
+    }
+    return CheckResult(
+        check_id, status, metric=metric, threshold=max_violation_share, offending=offending,
+        message=length_ratio_message(details, len(offending), n, max_violation_share), details=details,
+    )
+
+
+def _length_bias(n_chosen_longer: int, n_rejected_longer: int) -> float | None:
+    """Share of pairs whose chosen side is longer, among those whose sides differ; None if none do."""
+    unequal = n_chosen_longer + n_rejected_longer
+    return n_chosen_longer / unequal if unequal else None
+
+
+def length_ratio_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
+    """`check_length_ratio`'s message from its details (`max_ratio`, `n_chosen_longer`,
+    `n_rejected_longer`), the number of offending pairs and of pairs, and `max_violation_share`.
+    The length bias is recomputed from the two counts (not read from `length_bias`), so the message
+    is a pure function of counts that sum over parts (checks/distributed.py builds it from the
+    partitions' merged details)."""
+    share = n_offending / n_rows if n_rows else 0.0
+    bias = _length_bias(details["n_chosen_longer"], details["n_rejected_longer"])
+    return (
+        f"{n_offending} of {n_rows} pairs ({share:.1%}) have a chosen/rejected length ratio above "
+        f"{details['max_ratio']:g} (allowed share {threshold:g}); chosen is longer in "
         + (f"{bias:.1%}" if bias is not None else "no") + " of pairs with unequal lengths"
     )
-    return CheckResult(
-        check_id, status, metric=metric, threshold=max_violation_share, offending=offending, message=message,
-        details={
-            "max_ratio": max_ratio,
-            "unit": unit,
-            "length_bias": bias,
-            "n_chosen_longer": longer_c,
-            "n_rejected_longer": longer_r,
-            "n_equal_length": n - longer_c - longer_r,
-            "median_ratio": None if median is None else float(median),
-            "p95_ratio": None if p95 is None else float(p95),
-            "n_infinite": int(stats["n_infinite"][0]),
-            "n_pairs": n,
-            "n_offending": len(offending),
-        },
-    )
+
+
+def length_ratio_merged(details: dict[str, Any]) -> dict[str, Any]:
+    """`check_length_ratio`'s details merged over parts of the pairs (counts summed): `length_bias`
+    recomputed from the summed counts, and `median_ratio` / `p95_ratio` left out (quantiles of the
+    parts do not give the quantiles of the whole; the part-wise runs bring back no ratios)."""
+    merged = {k: v for k, v in details.items() if k not in ("median_ratio", "p95_ratio")}
+    merged["length_bias"] = _length_bias(details["n_chosen_longer"], details["n_rejected_longer"])
+    return merged
 
 
 # -- degenerate pairs ---------------------------------------------------------------------------

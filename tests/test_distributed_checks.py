@@ -1,5 +1,6 @@
 """The row-local checks and exact duplicates on a 2-worker Dask LocalCluster (processes, one thread
-each) give the same statuses, metrics and offending ids as one process, on 100k realistic pairs."""
+each) give the same statuses, metrics and offending ids as one process, on 100k realistic pairs; the
+row-local checks also the same message and details (merged over the partitions)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,30 @@ from prefdata.checks.dedup import check_exact_duplicates  # noqa: E402
 from prefdata.checks.distributed import ROW_LOCAL, run_distributed  # noqa: E402
 from prefdata.checks.structure import check_degenerate_pairs, check_length_ratio  # noqa: E402
 
+PART_ROWS = 12_500
+# details a partition-wise run cannot give as one process does: degenerate_pairs' examples (each
+# partition's first few, not the first overall); the count of partitions (only the Dask run has it);
+# length_ratio's quantiles (a median of partitions' medians is not the median: the merged details
+# leave them out). None of these checks puts `seconds` in its details.
+DIFFER = {"examples", "partitions", "median_ratio", "p95_ratio"}
+# rows given text the safety lexicon flags (the realistic pairs have none), in several partitions
+POLITICAL_PROMPTS = (7, 30_001, 61_234)
+EXTREMIST_CHOSEN = (12_600, 50_002, 87_003)
+
 
 @pytest.fixture(scope="module")
 def pairs_and_truth():
-    return make_realistic_pairs(100_000, seed=1)
+    import polars as pl
+
+    pairs, truth = make_realistic_pairs(100_000, seed=1)
+    row = pl.int_range(pl.len())
+    pairs = pairs.with_columns(
+        prompt=pl.when(row.is_in(POLITICAL_PROMPTS)).then(pl.col("prompt") + " Asked before the election.")
+        .otherwise(pl.col("prompt")),
+        chosen=pl.when(row.is_in(EXTREMIST_CHOSEN)).then(pl.col("chosen") + " Terrorism is never the answer.")
+        .otherwise(pl.col("chosen")),
+    )
+    return pairs, truth
 
 
 def test_two_workers_agree_with_one_process(pairs_and_truth, tmp_path):
@@ -45,8 +66,8 @@ def test_two_workers_agree_with_one_process(pairs_and_truth, tmp_path):
                       local_directory=str(tmp_path)) as cluster, Client(cluster):
         parts = tmp_path / "pairs"  # as a cluster reads data: Parquet files, one partition each
         parts.mkdir()
-        for k, start in enumerate(range(0, pairs.height, 12_500)):
-            pairs.slice(start, 12_500).write_parquet(parts / f"part-{k:02d}.parquet")
+        for k, start in enumerate(range(0, pairs.height, PART_ROWS)):
+            pairs.slice(start, PART_ROWS).write_parquet(parts / f"part-{k:02d}.parquet")
         ddf = dd.read_parquet(str(parts))
         assert ddf.npartitions == 8
         spread = {r.id: r for r in run_distributed(ddf, config)}
@@ -57,6 +78,16 @@ def test_two_workers_agree_with_one_process(pairs_and_truth, tmp_path):
         assert (many.status, many.offending) == (one.status, one.offending), check_id
         assert many.metric == pytest.approx(one.metric), check_id
         assert many.threshold == one.threshold, check_id
+    position = {i: k for k, i in enumerate(pairs["id"].to_list())}
+    for check_id in ROW_LOCAL:  # the partitions' merged details give the check's own message and counts
+        many, one = spread[check_id], single[check_id]
+        assert len({position[i] // PART_ROWS for i in one.offending}) > 1, check_id  # flagged in several
+        assert many.message == one.message, check_id
+        assert many.details["partitions"] == 8, check_id
+        assert {k: v for k, v in many.details.items() if k not in DIFFER} == \
+            {k: v for k, v in one.details.items() if k not in DIFFER}, check_id
+    assert "median_ratio" not in spread["length_ratio"].details  # not made up from the partitions' medians
+    assert spread["safety"].details["by_category"]["extremist"] == len(EXTREMIST_CHOSEN)
     # the data really exercises them: injected copies and faults are found, in frame order
     assert set(spread["exact_duplicates"].offending) == set(truth["exact_duplicates"])
     assert set(truth["length_ratio"]) <= set(spread["length_ratio"].offending)
