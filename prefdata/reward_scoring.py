@@ -54,10 +54,15 @@ class RewardModelScorer:
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         texts = [self.render(p, r) for p, r in zip(prompts, responses)]
-        scores: list[float] = []
+        # Each distinct text is scored once: replies repeat in real data, and the same text must get
+        # the same score (a batched GEMM may round two equal rows differently in the last bit, which
+        # would turn a tie between identical responses into a win).
+        unique = list(dict.fromkeys(texts))
+        scored: list[float] = []
         with torch.inference_mode():
-            for lo in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(texts[lo:lo + self.batch_size], return_tensors="pt", padding=True,
+            for lo in range(0, len(unique), self.batch_size):
+                batch = self.tokenizer(unique[lo:lo + self.batch_size], return_tensors="pt", padding=True,
                                        truncation=True).to(self.model.device)
-                scores += self.model(**batch).logits[:, 0].float().tolist()
-        return scores
+                scored += self.model(**batch).logits[:, 0].float().tolist()
+        score_of = dict(zip(unique, scored))
+        return [score_of[text] for text in texts]

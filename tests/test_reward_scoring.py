@@ -76,3 +76,17 @@ def test_reward_text_appends_eos_once():
 def test_mismatched_lengths_raise(tiny_reward_model):
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):
         RewardModelScorer(tiny_reward_model)(["a", "b"], ["c"])
+
+
+def test_each_distinct_text_is_scored_once_and_equal_texts_score_equal(tiny_reward_model):
+    """Replies repeat in real data: the model sees each distinct text once, so identical responses get
+    the very same score (a tie), whatever rounding a batch of equal rows would give."""
+    scorer = RewardModelScorer(tiny_reward_model, batch_size=2)
+    rows_seen = []
+    forward = scorer.model.forward
+    scorer.model.forward = lambda **batch: rows_seen.append(batch["input_ids"].shape[0]) or forward(**batch)
+    prompts, responses = ["Same", "Q", "Same", "Same", "Q"], ["identical", "x", "identical", "identical", "y"]
+    scores = scorer(prompts, responses)
+    assert sum(rows_seen) == 3  # "Same"+"identical", "Q"+"x", "Q"+"y"
+    assert scores[0] == scores[2] == scores[3] and len(scores) == 5
+    assert scores == pytest.approx([scorer([p], [r])[0] for p, r in zip(prompts, responses)], abs=1e-5)
