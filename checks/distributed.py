@@ -62,19 +62,19 @@ def _in_module(check_id: str, name: str):
     return load_target(f"{module}:{name}", what=f"check {check_id!r}'s {name}")
 
 
-def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, tuple[str, ...], CheckResult]:
-    """One partition: (rows, offending ids, the check's own result on these rows)."""
+def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, CheckResult]:
+    """One partition: (rows, the check's own result on these rows)."""
     frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
     result = _check_function(check_id)(frame, **params)
-    return frame.height, result.offending, result
+    return frame.height, result
 
 
-def _combine(check_id: str, parts: list[tuple[int, tuple[str, ...], CheckResult]]) -> CheckResult:
+def _combine(check_id: str, parts: list[tuple[int, CheckResult]]) -> CheckResult:
     """The partitions' verdicts as one result, by batched.py `combine` over the partitions that have
     rows (an empty one's skip is left out): the check's own threshold, metric = offending / rows,
     merged details and the check's own message; `details["partitions"]` counts every partition."""
-    n = sum(p[0] for p in parts)
-    results = [p[2] for p in parts if p[0]]
+    n = sum(rows for rows, _ in parts)
+    results = [result for rows, result in parts if rows]
     if n == 0 or not results:
         return skip(check_id, "no rows")
     message, derive = MESSAGES[check_id]
