@@ -11,10 +11,14 @@ export PREFDATA_STORE ?= $(CURDIR)/.prefdata/store
 SAMPLE ?= ../shared/data/hh-rlhf-harmless/test.jsonl.gz
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: setup demo hh-walkthrough test test-all
+.PHONY: setup test-deps demo hh-walkthrough test test-all
 
 setup:
 	@bash scripts/setup.sh
+
+# What the tests need beyond .venv (Debian's chromium for the browser test).
+test-deps: setup
+	@bash scripts/test-deps.sh
 
 # The main job on the embedded default: the whole pipeline on the demo world (see README).
 demo: setup
@@ -25,7 +29,7 @@ hh-walkthrough: setup
 	@bash scripts/hh_walkthrough.sh "$(SAMPLE)"
 
 # pytest exits 5 when it collected no test: that is a failure here, never a silent pass.
-test: setup
+test: test-deps
 	@$(VENV)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: failing"; exit 1; fi; exit $$rc
 

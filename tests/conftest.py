@@ -11,12 +11,26 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PREFDATA_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+SHARED_DATA_ABSENT = "real data folder {} is absent (set PREFDATA_SHARED_DATA to its path)"
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The folder of real public datasets; tests that need it skip with a clear reason without it."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent (set PREFDATA_SHARED_DATA to its path)")
+        pytest.skip(SHARED_DATA_ABSENT.format(SHARED_DATA))
     return SHARED_DATA
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The last line names the tests that did not run for want of the real data, so that a run on a
+    clone without ../shared/data never looks like the whole suite."""
+    marker = SHARED_DATA_ABSENT.format(SHARED_DATA)
+    missed = [r for r in terminalreporter.stats.get("skipped", []) if marker in str(r.longrepr)]
+    if missed:
+        terminalreporter.write_line(
+            f"{len(missed)} tests need the real public data in {SHARED_DATA} and did not run: put the project's "
+            "shared/ folder beside this clone, or set PREFDATA_SHARED_DATA to its data/ folder", yellow=True)
 
 
 @pytest.fixture()

@@ -245,6 +245,9 @@ def load_policy(base_model: str | Path, config: PPOConfig, device):
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=config.lora_target_modules, task_type="CAUSAL_LM")
     # The adapter keeps PEFT's name "default" so save_pretrained writes it at the top of adapter/.
+    # Seeded first: get_peft_model draws the LoRA A matrices from torch's global generator, so without
+    # it a run's start (and its result) depends on whatever drew from that generator before.
+    torch.manual_seed(config.seed)
     model = get_peft_model(base, lora)
     if config.activation_checkpointing:  # non-reentrant: gradients reach the LoRA weights without input grads
         if hasattr(base, "activation_checkpointing_enable"):  # transformers 5's name
