@@ -67,10 +67,11 @@ def load_inputs(
     store: str | None = None,
     docs_dir: Path | None = None,
     batch_rows: int | None = None,
+    eval_store: str | None = None,
 ):
     """DATA is a file `prefdata import` reads, or a store version NAME@VERSION. A Parquet file of
     more than `batch_rows` rows (default columnar.BATCH_ROWS), or a version written in shards, is
-    checked shard by shard (checks/batched.py)."""
+    checked shard by shard (checks/batched.py). `eval_store`: where an EVAL version is (default: `store`)."""
     from prefdata.checks.checklist import CheckInputs
 
     info: dict[str, Any] = {"data": data}
@@ -78,7 +79,7 @@ def load_inputs(
     pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows)
     eval_pairs = None
     if eval_data is not None:
-        eval_pairs = _load_dataset(eval_data, None, store, {})[0]
+        eval_pairs = _load_dataset(eval_data, None, eval_store or store, {})[0]
     inputs = CheckInputs(
         pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,

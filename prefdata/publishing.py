@@ -62,15 +62,19 @@ def validate_version(
     eval_data: str | None = None,
     reference_prompts: str | Path | None = None,
     title: str = "validate",
+    read_from=None,
 ) -> Validation:
-    """Run the checklist on a stored version and write its reports; the status is left as it is."""
+    """Run the checklist on a stored version and write its reports; the status is left as it is.
+    `read_from`: a Store holding the version's bytes to check (a `pinned` copy); an --eval version
+    is still looked up in `store`."""
     from prefdata.checks.checklist import load_config
     from prefdata.gate import load_inputs, run_gate
 
     v = store.get(ref)
     folder = Path(report_dir or default_report_dir(v.name, v.version)).resolve()
     checklist = load_config(config)
-    inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=store.url,
+    inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
+                               eval_store=store.url,
                                reference_prompts=Path(reference_prompts) if reference_prompts else None,
                                docs_dir=folder / "gx")
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}")
@@ -86,17 +90,17 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
     `show` sees the checklist's outcome before the status is set (the CLI prints it, a flow makes
     artifacts of it), so a refusal is reported in full before its error.
     """
-    v = store.get(ref)
-    problems = store.verify(v.ref)
-    if problems:
-        raise GateFailed(f"{v.ref} fails verification ({problems[0]}); run `prefdata verify {v.ref}`")
-    if v.status == "validated":
-        return Publication(v.ref, "validated", None)
-    validation = validate_version(store, v.ref, title="publish", **settings)
-    if show is not None:
-        show(validation)
-    if not validation.passed:
-        store.set_status(v.ref, "rejected", report=validation.report)
-        raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked rejected")
-    store.set_status(v.ref, "validated", report=validation.report)
+    # The checklist reads a private copy made in the same read that checks each file's hash against
+    # the manifest, and the signature then covers that manifest: the bytes signed are the bytes
+    # checked, whatever a writer of the store swaps in meanwhile.
+    with store.pinned(ref) as (copy, v):
+        if v.status == "validated":
+            return Publication(v.ref, "validated", None)
+        validation = validate_version(store, v.ref, title="publish", read_from=copy, **settings)
+        if show is not None:
+            show(validation)
+        if not validation.passed:
+            store.set_status(v.ref, "rejected", report=validation.report, checked=v)
+            raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked rejected")
+        store.set_status(v.ref, "validated", report=validation.report, checked=v)
     return Publication(v.ref, "validated", validation)

@@ -42,7 +42,7 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -481,15 +481,22 @@ class Store:
                     "signature: it was edited by hand"]
         return []
 
-    def set_status(self, ref: str, status: str, report: dict[str, Any] | None = None, note: str = "") -> Version:
+    def set_status(self, ref: str, status: str, report: dict[str, Any] | None = None, note: str = "",
+                   checked: Version | None = None) -> Version:
         """Record a check report and move draft -> validated | rejected, signed with the store's key.
-        Validated is final; the same status again with the same report (and no note) changes nothing."""
+        Validated is final; the same status again with the same report (and no note) changes nothing.
+
+        `checked`: the version as the report's checks read it (`pinned`). The signature covers the
+        manifest's file hashes, so those must be the hashes of the bytes checked: a manifest whose
+        files changed since is refused, never signed."""
         if status not in STATUSES:
             raise UnusableInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         v = self.get(ref)
         with self._writing(), self._lock(v.name):
             key = self._key(create=True)
             manifest = self._read_manifest(v.name, v.version)  # re-read under the lock
+            if checked is not None and _canonical(manifest.get("files")) != _canonical(checked.manifest["files"]):
+                raise GateFailed(f"{v.ref}: its manifest changed while the checklist ran: run `prefdata verify {v.ref}`")
             # An unsigned or forged record is no status at all: it neither blocks nor skips this one.
             trusted = not self.status_problems(manifest)
             if trusted and manifest["status"] == "validated":
@@ -576,7 +583,38 @@ class Store:
         """Every problem with a version: a changed, missing or extra file (dot-files and empty
         folders too: nothing but the manifest's files belongs in a version), a manifest whose hashes
         or name lie, and a status record that does not match its signature."""
+        return self._problems(self.get(ref))
+
+    @contextmanager
+    def pinned(self, ref: str) -> Iterator[tuple[Store, Version]]:
+        """A private copy of one version and its manifest, for whatever must judge or use exactly
+        the bytes the manifest names (the checklist before `publish` signs a status, a trainer).
+
+        The manifest is read once and each file once: copied into a folder only this user can read,
+        hashed as it is copied, and checked against that manifest; any problem `verify` would name
+        raises GateFailed before anything reads the copy. Since the copy is what gets read, a writer
+        of the store who swaps a file between the check and the use changes nothing that is read.
+        Yields (a Store over the copy, the version as read); the copy is removed on exit."""
+        import tempfile
+
         v = self.get(ref)
+        copy_root = tempfile.mkdtemp(prefix="prefdata-pinned-")  # 0700
+        try:
+            folder = f"{copy_root}/{v.name}/{v.version}"
+            os.makedirs(folder)
+            problems = self._problems(v, copy_to=folder)
+            if problems:
+                raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; "
+                                 "its files or its signed status changed")
+            with open(f"{folder}/{MANIFEST}", "wb") as handle:
+                handle.write(_dumps(v.manifest))
+            yield Store(copy_root), v
+        finally:
+            shutil.rmtree(copy_root, ignore_errors=True)
+
+    def _problems(self, v: Version, copy_to: str | None = None) -> list[str]:
+        """verify's problems with `v` as read (its manifest as given); with `copy_to`, each file is
+        also copied there in the one read that hashes it."""
         folder = self._dir(v.name, v.version)
         problems = []
         expected = v.manifest["files"]
@@ -590,8 +628,7 @@ class Store:
             if rel not in present:
                 problems.append(f"missing: {rel}")
                 continue
-            with self.fs.open(f"{folder}/{rel}", "rb") as handle:
-                digest = hashlib.sha256(handle.read()).hexdigest()
+            digest = self._hash_file(f"{folder}/{rel}", f"{copy_to}/{rel}" if copy_to else None)
             if digest != expected[rel]["sha256"]:
                 problems.append(f"changed: {rel} (sha256 {digest[:12]}, manifest says {expected[rel]['sha256'][:12]})")
         problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
@@ -604,6 +641,25 @@ class Store:
             problems.append(f"manifest: it names {v.manifest.get('name')}@{v.manifest.get('version')}, "
                             f"but lies in {v.ref}'s folder")
         return problems + self.status_problems(v.manifest)
+
+    def _hash_file(self, path: str, copy_to: str | None = None, block: int = 1 << 22) -> str:
+        """sha256 of a file read once, a block at a time; with `copy_to`, the blocks hashed are
+        the blocks written there."""
+        digest = hashlib.sha256()
+        sink = None
+        if copy_to is not None:
+            os.makedirs(os.path.dirname(copy_to), exist_ok=True)
+            sink = open(copy_to, "wb")
+        try:
+            with self.fs.open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(block), b""):
+                    digest.update(chunk)
+                    if sink is not None:
+                        sink.write(chunk)
+        finally:
+            if sink is not None:
+                sink.close()
+        return digest.hexdigest()
 
 
 def _dumps(obj: Any) -> bytes:

@@ -101,9 +101,17 @@ def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, 
     v = st.get(ref)
     if v.status != "validated":
         raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
-    problems = st.verify(v.ref)
-    if problems:
-        raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; its files or its signed status changed after validation")
+    # Read from a private copy whose bytes were checked against the signed manifest as they were
+    # copied (Store.pinned): no window between the check and the read for a writer of the store.
+    with st.pinned(v.ref) as (copy, v):
+        if v.status != "validated":
+            raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
+        return _training_data(copy, v, eval_share, seed)
+
+
+def _training_data(st, v, eval_share: float, seed: int) -> TrainingData:
+    import polars as pl
+
     pairs = st.load(v.ref)
     columns = ["prompt", "chosen", "rejected"]
     split = pairs["split"].fill_null("train") if "split" in pairs.columns else None
