@@ -21,6 +21,48 @@ from prefdata.store import Store, Version, tables_for
 ROW_CHECKS = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage",
               "safety", "split_isolation", "label_audit")
 DEFAULT_DROP = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs")
+# Checks that flag the later copies of a row and never the first. Rows may share an id (the import
+# keeps exact copies that repeat their own id), so for these an id flagged n times drops its last n
+# rows; an id any other check flags drops every row that carries it (the copies are the same pair).
+COPY_CHECKS = ("exact_duplicates", "near_duplicates")
+_ROW, _REASON = "__prefdata_row", "__prefdata_reason"  # spilled beside each dropped row
+
+
+def _drop_plan(results, ids: pl.Series) -> pl.DataFrame:
+    """Per flagged id, for each check in checklist order (column `keep:CHECK`), how many of its first
+    occurrences that check lets stay: its rows minus the times a copy check names it, 0 for any
+    other check, null where the check does not name it."""
+    columns: dict[str, dict[str, int]] = {}
+    totals = None
+    for result in results:
+        named = Counter(str(i) for i in result.offending)
+        if not named:
+            continue
+        if totals is None:
+            totals = dict(ids.cast(pl.String).value_counts(name="n").iter_rows())
+        if result.id in COPY_CHECKS:
+            columns[result.id] = {i: totals.get(i, n) - n for i, n in named.items()}
+        else:
+            columns[result.id] = dict.fromkeys(named, 0)
+    flagged = sorted({i for keep in columns.values() for i in keep})
+    return pl.DataFrame({"id": flagged, **{f"keep:{c}": [keep.get(i) for i in flagged] for c, keep in columns.items()}},
+                        schema={"id": pl.String, **{f"keep:{c}": pl.Int64 for c in columns}})
+
+
+def _frame_verdicts(ids: pl.Series, first_row: int, plan: pl.DataFrame, seen: pl.DataFrame):
+    """Each row of a frame (rows first_row+1.. of the whole) with the reason it is dropped (null:
+    kept), and `seen` updated: the occurrences of each flagged id in this frame and the ones before."""
+    rows = pl.DataFrame({"id": ids.cast(pl.String)}).with_row_index("row", offset=first_row + 1)
+    hits = rows.join(plan, on="id", how="inner").join(seen, on="id", how="left").sort("row").with_columns(
+        occurrence=pl.col("before").fill_null(0) + pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("id"))
+    checks = [c.removeprefix("keep:") for c in plan.columns if c.startswith("keep:")]
+    reason = pl.coalesce([pl.when(pl.col("occurrence") > pl.col(f"keep:{c}")).then(pl.lit(f"check:{c}"))
+                          for c in checks]) if checks else pl.lit(None, pl.String)
+    hits = hits.select("row", "id", "occurrence", reason.alias("reason"))
+    seen = pl.concat([seen, hits.group_by("id").agg(pl.col("occurrence").max().alias("before"))]
+                     ).group_by("id").agg(pl.col("before").max())
+    verdicts = rows.join(hits.select("row", "reason"), on="row", how="left").sort("row")
+    return verdicts, seen
 
 
 def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP, config: dict[str, Any] | None = None,
@@ -39,12 +81,10 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     if "label_audit" in drop and not any(r.id == "label_audit" and r.status != "skip" for r in results):
         raise UnusableInput("--drop label_audit needs a label audit's votes: --votes FILE, from `prefdata argilla pull` "
                             f"after `prefdata argilla push {parent.ref}` (see docs/argilla.md)")
-    reason_of: dict[str, str] = {}
-    for result in results:  # in checklist order; the first check that flags a row names its reason
+    for result in results:
         if result.status == "error":
             raise UnusableInput(f"check {result.id} could not run: {result.message}")
-        for row_id in result.offending:
-            reason_of.setdefault(row_id, result.id)
+    plan = _drop_plan(results, inputs.pairs["id"])
     lineage = {
         "parent": parent.ref,
         "sources": parent.manifest["lineage"].get("sources", []),
@@ -61,33 +101,37 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     read = kept = 0
     reasons: Counter[str] = Counter()
     done: dict[str, Any] = {}
-    flagged = pl.Series(list(reason_of), dtype=pl.String).implode()
+    seen = pl.DataFrame(schema={"id": pl.String, "before": pl.Int64})  # occurrences of flagged ids so far
     # The dropped rows, text and all, wait on disk (Arrow IPC, a file per frame) until the store writes
     # the quarantine a line at a time: a filter over shards never holds all of them in memory.
     spill = tempfile.TemporaryDirectory(prefix="prefdata-filter-")
     spilled: list[Path] = []
 
     def batches():  # the pairs a frame at a time: the whole frame, or each shard of a sharded version
-        nonlocal read, kept
+        nonlocal read, kept, seen
         frames = [inputs.pairs] if inputs.shards is None else (frame for _, frame in inputs.shards.frames())
         for pairs in frames:
-            dropped = pairs.select(pl.col("id").cast(pl.String).is_in(flagged)).to_series()
+            verdicts, seen = _frame_verdicts(pairs["id"], read, plan, seen)
+            dropped = verdicts["reason"].is_not_null()
             rows = pairs.filter(dropped)
             if rows.height:
                 spilled.append(Path(spill.name) / f"{len(spilled)}.arrow")
-                rows.write_ipc(spilled[-1], compression="lz4")
-                reasons.update(f"check:{reason_of[i]}" for i in rows["id"].cast(pl.String))
+                marks = verdicts.filter(dropped).select("row", "reason")
+                rows.with_columns(marks.to_series(0).alias(_ROW), marks.to_series(1).alias(_REASON)).write_ipc(
+                    spilled[-1], compression="lz4")
+                reasons.update(marks["reason"].to_list())
             read, kept = read + pairs.height, kept + pairs.height - rows.height
             tables = tables_for(pairs.filter(~dropped))
             del pairs, rows  # before the next shard is read
             yield tables
             del tables
 
-    def quarantine():  # in row order, as the row-by-row filter wrote it
+    def quarantine():  # in row order, as the row-by-row filter wrote it; `row`: the row's place in the parent
         for path in spilled:
             for row in pl.read_ipc(path).iter_rows(named=True):
-                yield {"id": row["id"], "reason": f"check:{reason_of[row['id']]}",
-                       "detail": f"flagged by {reason_of[row['id']]}", "row": None, "raw": row}
+                number, reason = row.pop(_ROW), row.pop(_REASON)
+                check = reason.removeprefix("check:")
+                yield {"id": row["id"], "reason": reason, "detail": f"flagged by {check}", "row": number, "raw": row}
 
     def ending():
         quarantined = sum(reasons.values())
