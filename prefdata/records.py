@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -49,16 +50,31 @@ OPTIONAL_COLUMNS = (
     "score_rejected",
 )
 
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): code points a renderer shows as
+# nothing (zero width space and joiners, the soft hyphen, word joiner, variation selectors, tags, the
+# Hangul fillers) and the bidi controls (U+061C, U+200E-200F, U+202A-202E, U+2066-2069). A text and
+# its copy with one of them inserted look the same, so they compare the same: they are removed. No
+# code point outside the set turns into one under NFKC or case folding (tests/test_normalise.py).
+DEFAULT_IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+# one character class, in literal characters, that Python's re and polars' (Rust) regex both read
+IGNORABLE_CLASS = "[" + "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in DEFAULT_IGNORABLE) + "]"
+_IGNORABLE = re.compile(IGNORABLE_CLASS)
+
+
 def normalise_text(text: str) -> str:
-    """The form two texts are compared in: NFKC, then Unicode full case folding, then whitespace
-    runs collapsed to one space and stripped.
+    """The form two texts are compared in: default-ignorable code points removed (invisible: see
+    DEFAULT_IGNORABLE), NFKC, then Unicode full case folding, then whitespace runs collapsed to one
+    space and stripped.
 
     NFKC makes full-width letters, ligatures, compatibility forms and composed vs combining accents
     one text, and turns no-break and other Unicode spaces into plain ones; `str.casefold` is
     language-neutral full folding ("ß", "ẞ" and "SS" -> "ss", "İ" -> "i" + U+0307, final "ς" -> "σ";
     a dotless "ı" stays itself); whitespace is what `str.split()` splits at.
     """
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return " ".join(unicodedata.normalize("NFKC", _IGNORABLE.sub("", text)).casefold().split())
 
 
 # Python's str.split() also splits at the ASCII separators \x1c-\x1f, which the regex class \s
@@ -93,7 +109,7 @@ def normalise_expr(text: pl.Expr | str) -> pl.Expr:
     import polars as pl
 
     expr = pl.col(text) if isinstance(text, str) else text
-    return _fold_and_collapse(expr.cast(pl.String).fill_null("").str.normalize("NFKC"))
+    return _fold_and_collapse(expr.cast(pl.String).fill_null("").str.replace_all(IGNORABLE_CLASS, "").str.normalize("NFKC"))
 
 
 def normalise_series(texts: pl.Series) -> pl.Series:
@@ -109,7 +125,8 @@ def normalise_series(texts: pl.Series) -> pl.Series:
     if non_ascii.any():
         rows = non_ascii.arg_true()
         keys, fixes = _case_fold_fixes()
-        folded = folded.scatter(rows, s.gather(rows).str.normalize("NFKC").str.to_lowercase().str.replace_many(keys, fixes))
+        nfkc = s.gather(rows).str.replace_all(IGNORABLE_CLASS, "").str.normalize("NFKC")
+        folded = folded.scatter(rows, nfkc.str.to_lowercase().str.replace_many(keys, fixes))
     return folded.to_frame("t").select(_collapse(pl.col("t"))).to_series().alias(texts.name)
 
 

@@ -158,3 +158,53 @@ def test_answer_leakage_short_answer_matches_after_case_folding():
                           "rejected": ["Weiß nicht.", "Weiß nicht."]})
     result = check_answer_leakage(pairs)
     assert result.offending == ("r0",) and result.details["by_target"]["chosen"]["short_substring"] == 1
+
+
+# -- invisible characters: default-ignorable code points and bidi controls ------------------------
+
+
+def _default_ignorable() -> list[str]:
+    """Every Default_Ignorable_Code_Point, from the `regex` module's Unicode tables (an oracle apart
+    from records.DEFAULT_IGNORABLE; transformers depends on it)."""
+    import regex
+
+    prop = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    return [chr(c) for c in range(0x110000) if prop.match(chr(c))]
+
+
+def test_the_ignorable_table_is_unicodes_default_ignorable_set():
+    from prefdata.records import DEFAULT_IGNORABLE
+
+    table = {chr(c) for a, b in DEFAULT_IGNORABLE for c in range(a, b + 1)}
+    assert table == set(_default_ignorable())
+    bidi_controls = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert set(bidi_controls) <= table
+
+
+def test_every_invisible_code_point_is_no_difference():
+    """Each one inside a word, at either end and alone: the same text as without it, in Python and polars."""
+    from prefdata.records import normalise_expr
+
+    texts, plains = [], []
+    for c in _default_ignorable():
+        for text, plain in ((f"Ca{c}fé{c}", "Café"), (f"{c}word", "word"), (c, ""), (f"x {c} y", "x y")):
+            texts.append(text)
+            plains.append(plain)
+    expected = [normalise_text(p) for p in plains]
+    assert [normalise_text(t) for t in texts] == expected
+    assert pl.DataFrame({"t": texts}).select(normalise_expr("t")).to_series().to_list() == expected
+    assert normalise_series(pl.Series(texts)).to_list() == expected
+
+
+def test_a_pair_differing_by_an_invisible_character_is_degenerate_and_a_copy_is_an_exact_duplicate(tmp_path):
+    # the audit's pairs: rejected = chosen + U+200B, and a copy with a soft hyphen inside a word
+    rows = [{"prompt": "Name a prime.", "chosen": "Seven is prime.", "rejected": "Seven is prime.\u200b"},
+            {"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "Red."},
+            {"prompt": "Name a colour.", "chosen": "Bl\u00adue.", "rejected": "Red.\u2060"}]
+    data = tmp_path / "invisible.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    pairs = import_file(data).pairs
+    ids = pairs["id"].to_list()
+    assert pairs["pair_id"][1] == pairs["pair_id"][2]
+    assert check_exact_duplicates(pairs).offending == (ids[2],)
+    assert check_degenerate_pairs(pairs).offending == (ids[0],)
