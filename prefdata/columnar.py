@@ -36,7 +36,7 @@ import polars as pl
 
 from prefdata.errors import UnusableInput
 from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
-from prefdata.readers import GZIP_MAGIC, RawRow, file_kind
+from prefdata.readers import GZIP_MAGIC, RawRow, file_kind, require_regular_file
 from prefdata.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
 from prefdata.rows import check_format, convert_row, quarantine_entry
 
@@ -297,6 +297,7 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
     carry what they need from batch to batch (_Earlier). Iterating raises MixedIds when the file
     turns out to need the row path after all."""
+    require_regular_file(path)  # before any of the reads below
     if not _plain_parquet(path):
         return None
     try:

@@ -67,7 +67,28 @@ def file_kind(path: Path, head: bytes) -> str:
     )
 
 
+def require_regular_file(path: Path) -> None:
+    """A data file is read more than once (its type, its rows, its sha256 for the lineage), which a
+    pipe or a device cannot give twice the same (`cat f > fifo` would hang on the second read; /dev/zero
+    never ends): anything but a regular file (or a link to one) is refused before the first read."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a folder is refused where it is opened, in its own words
+        return
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise UnusableInput(f"{path}: is {what}, not a regular file; prefdata reads its input more than once, so save it "
+                        f"to a file first (e.g. `cat {path} > data.jsonl`)")
+
+
 def read_bytes(path: Path) -> bytes:
+    require_regular_file(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -263,3 +263,37 @@ def test_a_binary_parquet_column_is_wrong_type_and_its_bytes_are_shown(tmp_path)
     assert reasons(result) == {1: "wrong_type:chosen"}
     assert json.dumps(result.quarantine[0])  # the quarantine file can hold it
     assert result.quarantine[0]["raw"]["chosen"] == "\\xffy"
+
+
+# -- input that is not a regular file (issue 23 item 5) ---------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["import", "check"])
+def test_a_fifo_is_refused_before_it_is_read_and_its_writer_is_not_left_hanging(tmp_path, command):
+    import os
+
+    src = tmp_path / "data.jsonl"
+    src.write_bytes(jsonl(*[json.dumps({**GOOD, "rejected": str(i)}) for i in range(200)]))
+    fifo = tmp_path / "pairs.jsonl"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(f"cat {src} > {fifo}", shell=True)  # a plain writer: it writes once, then ends
+    args = ["import", str(fifo), "--out", str(tmp_path / "o.jsonl")] if command == "import" else ["check", str(fifo)]
+    try:
+        done = subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, timeout=120)
+    finally:
+        try:  # the refusal never opened the FIFO: open it once to let `cat` finish
+            with open(fifo, "rb") as handle:
+                handle.read()
+        finally:
+            writer.wait(timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"prefdata: error: {fifo}: is a FIFO (named pipe), not a regular file; prefdata reads its "
+                                   f"input more than once, so save it to a file first (e.g. `cat {fifo} > data.jsonl`)")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_dev_zero_is_refused_at_once(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "prefdata", "import", "/dev/zero", "--out", str(tmp_path / "o.jsonl")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "/dev/zero: is a character device, not a regular file" in done.stderr
+    assert "Traceback" not in done.stderr
