@@ -60,7 +60,7 @@ def import_cmd(
     out: Annotated[Optional[Path], typer.Option(help="Write normalised rows to this .jsonl or .parquet file.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
     card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
-    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.")] = 1 << 20,
+    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = 1 << 20,
     aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
                                                 "(weighted by each annotator's estimated quality).")] = "majority",
     batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet file of more rows than this goes into the "
@@ -83,6 +83,10 @@ def import_cmd(
     if out is not None:
         result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=_track,
                              aggregate=aggregate)
+        if result.quarantine and not result.pairs.height:  # nothing kept: the quarantine says why
+            from prefdata.importer import require_kept
+
+            require_kept(result, f"; see {write_quarantine(result.quarantine, out)}")
         summary = result.summary()
         summary["outputs"] = write_rows(result, out)
         summary["quarantine_file"] = str(write_quarantine(result.quarantine, out))

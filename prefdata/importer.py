@@ -17,7 +17,7 @@ import polars as pl
 from prefdata.columnar import BATCH_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
 from prefdata.errors import UnusableInput
 from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
-from prefdata.readers import RawRow, read_rows
+from prefdata.readers import ROW_BYTES_PER_TEXT_BYTE, RawRow, read_rows
 from prefdata.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
 from prefdata.rows import check_format, convert_row, quarantine_entry
 
@@ -90,10 +90,25 @@ def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFr
     )
 
 
+def _looks_utf16(path: Path) -> bool:
+    """A UTF-16 byte-order mark, or the NUL of every other byte that UTF-16 gives ASCII text."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False
+    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 8 and head[1::2].count(0) >= len(head) // 4)
+
+
 def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
     good = [r for r in rows if r.data is not None]
     if not good:
-        raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed)")
+        why = Counter(r.error for r in rows).most_common(3)
+        hint = ""
+        if _looks_utf16(path):
+            hint = "; it looks like UTF-16 text: save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8`)"
+        raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed"
+                            + "".join(f"; {reason} {n}" for reason, n in why) + f"){hint}")
     columns = set().union(*(r.data.keys() for r in good[:1000]))
     all_columns = set().union(*(r.data.keys() for r in good))
     return check_format(path, fmt, columns, all_columns, good[0].data)
@@ -166,7 +181,7 @@ def import_rows(
 ) -> ImportResult:
     """The row-by-row import: every row through its format's converter, in order."""
     path = Path(src)
-    rows = list(read_rows(path))
+    rows = list(read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
     fmt = _choose_format(path, rows, fmt)
     convert = CONVERTERS[fmt]
     quarantine: list[dict[str, Any]] = []
@@ -262,10 +277,22 @@ def version_tables(result: ImportResult) -> dict[str, dict[str, pl.DataFrame]]:
     return tables_for(result.pairs, result.comparisons, result.votes)
 
 
+def require_kept(result: ImportResult, where: str = "") -> None:
+    """An import that kept no row is the user's to fix, never an empty version: UnusableInput (exit 2)
+    naming the source, the rows read and the commonest reasons."""
+    if result.pairs.height or (result.comparisons is not None and result.comparisons.height):
+        return
+    source = result.sources[0]["path"] if result.sources else "the input"
+    reasons = ", ".join(f"{reason} {n}" for reason, n in list(result.reasons.items())[:3]) or "none"
+    raise UnusableInput(f"{source}: no row could be imported (read {result.read} = quarantined {result.quarantined}; "
+                        f"reasons: {reasons}){where}: fix the rows, or check --format")
+
+
 def import_to_store(result: ImportResult, name: str, store: Store, guidelines: str | None = None) -> Version:
     """An import as a draft version of `name`: its tables, quarantine and counts, and where it came
     from (the source files with their sha256, the format that read them). The same content imported
     again is the same version, its status kept."""
+    require_kept(result)
     lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
     return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
                         lineage=lineage, guidelines=guidelines)
@@ -319,6 +346,7 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
     def ending():
         kept_ids = pl.DataFrame({"id": pl.concat(ids)})
         result = _finish(path, opened.format, kept_ids, [], [], quarantine, opened.read, votes, aggregate)
+        require_kept(result)
         finished.append(result)
         lineage = {"parent": None, "sources": result.sources, "flow_run": None,
                    "components": {"importer": result.format}}

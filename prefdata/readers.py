@@ -31,6 +31,11 @@ PARQUET_MAGIC = b"PAR1"
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which Windows tools put before the first row
 MAX_DEPTH = 100  # preference rows nest 3 levels (a message list); deeper is an attack or an accident
 RAW_TEXT_CHARS = 2000  # unparsed text kept for the quarantine file
+# A JSONL line longer than this is quarantined as row_too_large without being held whole. The import
+# sets it from --max-text-bytes (ROW_BYTES_PER_TEXT_BYTE times it): a row holds a few texts, each at
+# most that long, and JSON escapes can double a text's bytes.
+ROW_BYTES_PER_TEXT_BYTE = 16
+MAX_ROW_BYTES = ROW_BYTES_PER_TEXT_BYTE << 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
 KINDS = ("jsonl", "json", "csv", "tsv", "parquet")
 
@@ -205,8 +210,58 @@ def _object_row(number: int, value: Any, check_text: bool = True, text: str | No
     return RawRow(number, value)
 
 
-def _jsonl_rows(raw: bytes) -> Iterator[RawRow]:
-    for number, line in enumerate(raw.split(b"\n"), start=1):
+def _open_data(path: Path):
+    """The file's bytes as a stream, gunzipped when it is gzip."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UnusableInput(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+    if handle.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=handle, mode="rb")
+    return handle
+
+
+def _lines(path: Path, max_line_bytes: int, block: int = 1 << 20) -> Iterator[tuple[int, bytes | None, bytes, int]]:
+    """(line number, the line or None when it is longer than `max_line_bytes`, its first bytes, its
+    size) for each line of a file read a block at a time: a line over the limit is never held whole
+    (a gzip bomb of one 1.5 GB line costs a block, not 3 GB). The BOM is stripped."""
+    number, line, size, head = 0, bytearray(), 0, b""
+    with _open_data(path) as handle:
+        try:
+            first = True
+            while chunk := handle.read(block):
+                if first:
+                    chunk, first = chunk.removeprefix(BOM), False
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    piece = chunk[start:] if end < 0 else chunk[start:end]
+                    size += len(piece)
+                    if line is not None:
+                        line += piece
+                        if len(line) > max_line_bytes:
+                            head, line = bytes(line[:RAW_TEXT_CHARS]), None
+                    if end < 0:
+                        break
+                    number += 1
+                    yield number, (bytes(line) if line is not None else None), head, size
+                    line, size, head, start = bytearray(), 0, b"", end + 1
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+    if size:
+        yield number + 1, (bytes(line) if line is not None else None), head, size
+
+
+def _jsonl_rows(lines: Iterator[tuple[int, bytes | None, bytes, int]], max_line_bytes: int) -> Iterator[RawRow]:
+    for number, line, head, size in lines:
+        if line is None:
+            yield RawRow(number, None, "row_too_large", f"the line is {size} bytes, over the {max_line_bytes} allowed "
+                         "(raise --max-text-bytes if it is a real row)", head.decode("utf-8", errors="replace") + "...")
+            continue
         if not line.strip():
             continue  # blank lines are not rows
         try:
@@ -388,13 +443,21 @@ def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
         yield _object_row(number, item)
 
 
-def read_rows(path: str | Path) -> Iterator[RawRow]:
-    """Every row of a data file, in order, with its number; bad rows carry an error instead of data."""
+def read_rows(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[RawRow]:
+    """Every row of a data file, in order, with its number; bad rows carry an error instead of data.
+    JSONL (gzipped or not) is read a line at a time: a line over `max_row_bytes` is a `row_too_large`
+    row, never held whole."""
     path = Path(path)
-    raw = read_bytes(path).removeprefix(BOM)
-    kind = file_kind(path, raw[:64])
+    require_regular_file(path)
+    with _open_data(path) as handle:
+        try:
+            head = handle.read(64 + len(BOM)).removeprefix(BOM)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+    kind = file_kind(path, head)
     if kind == "jsonl":
-        return _jsonl_rows(raw)
+        return _jsonl_rows(_lines(path, max_row_bytes), max_row_bytes)
+    raw = read_bytes(path).removeprefix(BOM)
     if kind == "json":
         return _json_rows(path, raw)
     if kind in ("csv", "tsv"):

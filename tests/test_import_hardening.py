@@ -297,3 +297,77 @@ def test_dev_zero_is_refused_at_once(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "/dev/zero: is a character device, not a regular file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- memory bounded by a block, not by a line (issue 23 item 6) --------------------------------------
+
+_PEAK_RSS = """
+import resource, sys
+from prefdata.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as done:
+    code = done.code
+print(f"peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _import_with_peak(src, out) -> tuple[subprocess.CompletedProcess, int]:
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, "import", str(src), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    peak = int(done.stderr.rsplit("peak_rss_mb ", 1)[1].split()[0])
+    return done, peak
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_an_endless_line_is_quarantined_without_being_held(tmp_path, gz):
+    """The audit's gzip bomb (a few MB holding one line of 1.5 GB) took 3 GB; here a 400 MB line
+    (50 MB unzipped) between two good rows, read a block at a time."""
+    size = (400 if gz else 50) << 20
+    good = json.dumps(GOOD).encode() + b"\n"
+    src = tmp_path / ("bomb.jsonl.gz" if gz else "long.jsonl")
+    opener = (lambda: gzip.open(src, "wb", compresslevel=1)) if gz else (lambda: open(src, "wb"))
+    with opener() as handle:
+        handle.write(good + b'{"prompt": "')
+        block = b"a" * (1 << 20)
+        for _ in range(size >> 20):
+            handle.write(block)
+        handle.write(b'", "chosen": "4", "rejected": "5"}\n' + good)
+    done, peak = _import_with_peak(src, tmp_path / "o.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "read 3 = kept 2 + quarantined 1" in done.stdout
+    [entry] = [json.loads(line) for line in (tmp_path / "o.quarantine.jsonl").read_text().splitlines()]
+    assert entry["row"] == 2 and entry["reason"] == "row_too_large" and f"the line is {size + 46} bytes" in entry["detail"]
+    assert peak < 1024, f"peak RSS {peak} MB for a {size >> 20} MB line"
+
+
+def test_max_text_bytes_must_be_positive(tmp_path):
+    src = tmp_path / "ok.jsonl"
+    src.write_bytes(jsonl(json.dumps(GOOD)))
+    for bad in ("0", "-1"):
+        done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--out", str(tmp_path / "o.jsonl"),
+                               "--max-text-bytes", bad], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "--max-text-bytes" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_an_import_that_keeps_no_row_writes_no_version(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_bytes(jsonl(*[json.dumps({"prompt": "", "chosen": "4", "rejected": "5"})] * 3))  # no prompt anywhere
+    store = tmp_path / "store"
+    done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--name", "empty"],
+                          capture_output=True, text=True, timeout=60, env={**__import__("os").environ,
+                                                                            "PREFDATA_STORE": str(store)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "no row could be imported (read 3 = quarantined 3; reasons: empty_text:prompt 3)" in done.stderr
+    assert not list(store.glob("empty/*/manifest.json"))
+
+
+def test_utf16_input_is_named_as_such(tmp_path):
+    src = tmp_path / "utf16.jsonl"
+    src.write_bytes(json.dumps(GOOD).encode("utf-16"))
+    done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--out", str(tmp_path / "o.jsonl")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "looks like UTF-16" in done.stderr and "iconv" in done.stderr
