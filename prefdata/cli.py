@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.errors import GateFailed, PrefdataError, UnusableInput
 
 app = typer.Typer(
     name="prefdata",
@@ -137,15 +137,21 @@ def versions(name: Annotated[Optional[str], typer.Argument(help="Only this datas
     if json_out:
         print(json.dumps([{"id": v.ref, **v.manifest} for v in found], indent=2, ensure_ascii=False))
         return 0
-    rows, doubtful = [("id", "status", "pairs", "checks", "created")], False
+    from prefdata.store import DAMAGED
+
+    rows, doubtful, unchecked, damaged = [("id", "status", "pairs", "checks", "created")], False, None, False
     for v in found:
         counts = v.manifest["counts"]["rows"].get("default", {})
         report = v.manifest.get("check_report")
-        checks = "-" if not report else ("passed" if report.get("passed") else "failed")
+        checks = "-" if not isinstance(report, dict) else ("passed" if report.get("passed") else "failed")
+        if v.status == DAMAGED:
+            damaged = True
+            rows.append((v.ref, DAMAGED + "!", "-", "-", "-"))
+            continue
         try:
             unsigned = bool(st.status_problems(v.manifest))
-        except UnusableInput:  # no readable key here: the listing still lists; verify says why
-            unsigned = False
+        except UnusableInput as exc:  # no usable key here: the listing still lists, every claim marked
+            unsigned, unchecked = v.status != "draft", str(exc)
         doubtful |= unsigned
         rows.append((v.ref, v.status + "?" * unsigned, str(sum(counts.values())), checks, v.manifest["created_at"]))
     # Plain columns sized to their content, no table widget: an id is never cut or wrapped inside a
@@ -154,7 +160,10 @@ def versions(name: Annotated[Optional[str], typer.Argument(help="Only this datas
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     if doubtful:
-        print("? the status does not match its signature: run `prefdata verify ID`")
+        print(f"? the status could not be checked: {unchecked}" if unchecked else
+              "? the status does not match its signature: run `prefdata verify ID`")
+    if damaged:
+        print("! the version's manifest.json cannot be read: run `prefdata verify ID` (the other versions are unaffected)")
     return 0
 
 
@@ -165,9 +174,13 @@ def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the 
     """Show a version: status, rows per split, lineage and check results."""
     from prefdata.store import Store
 
+    from prefdata.store import DAMAGED
+
     st = Store(store)
     v = st.get(ref)
     m = v.manifest
+    if v.status == DAMAGED:
+        raise GateFailed(f"{v.ref}: {m['damaged']} (see `prefdata verify {v.ref}`)")
     if json_out:
         print(json.dumps(m, indent=2, ensure_ascii=False))
         return 0

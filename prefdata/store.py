@@ -19,8 +19,8 @@ The root is `$PREFDATA_STORE`, else `.prefdata/store` in the working directory, 
 URL. On a local disk a version appears by one atomic rename of a fully written temporary folder;
 on object storage the manifest is written last, and a folder without one is not a version.
 
-The status record (status, check report, status history, bound to the name, version and file
-hashes) is signed with HMAC-SHA256 under the store's key: `$PREFDATA_STORE_KEY`, else
+The manifest (status, check report, status history, dates, counts, schema and lineage, bound to
+the name, version and file hashes) is signed with HMAC-SHA256 under the store's key: `$PREFDATA_STORE_KEY`, else
 `<root>/.prefdata-key` (made 0600 on first use). A hand-edited status or report fails `verify`,
 so it never passes the gate into training. The threat model is in README.md ("Threat model").
 """
@@ -107,7 +107,15 @@ def version_id(files: dict[str, dict[str, Any]]) -> str:
 # onto another version, a report edited to say "passed", or a status typed into the manifest by hand
 # no longer matches its MAC. The key never appears in a manifest, a message or a log: only key_id,
 # an HMAC of a constant under the key, which names the key without revealing it.
-SIGNED_FIELDS = ("name", "version", "files", "status", "check_report", "status_history")
+# Every field of the manifest is signed: its dates (which pick a dataset's "latest" version), counts,
+# schema and lineage as much as its status, so that none can be edited to mislead `versions`, `show`
+# or `train NAME` without failing verify. Version 1 (prefdata before this field list) signed only the
+# status record; such signatures still verify, on the fields they covered.
+SIGNED_FIELDS = ("name", "version", "status", "created_at", "prefdata_version", "files", "counts", "schema",
+                 "lineage", "check_report", "status_history")
+_SIGNED_V1 = ("name", "version", "files", "status", "check_report", "status_history")
+_MAC_TAGS = {SIGNED_FIELDS: b"prefdata status v2\0", _SIGNED_V1: b"prefdata status v1\0"}
+DAMAGED = "damaged"  # the status shown for a version whose manifest cannot be read
 
 
 def _canonical(obj: Any) -> bytes:
@@ -119,9 +127,9 @@ def key_id(key: bytes) -> str:
     return hmac.new(key, b"prefdata store key id", hashlib.sha256).hexdigest()[:12]
 
 
-def status_mac(manifest: dict[str, Any], key: bytes) -> str:
-    record = {field: manifest.get(field) for field in SIGNED_FIELDS}
-    return hmac.new(key, b"prefdata status v1\0" + _canonical(record), hashlib.sha256).hexdigest()
+def status_mac(manifest: dict[str, Any], key: bytes, fields: tuple[str, ...] = SIGNED_FIELDS) -> str:
+    record = {field: manifest.get(field) for field in fields}
+    return hmac.new(key, _MAC_TAGS[fields] + _canonical(record), hashlib.sha256).hexdigest()
 
 
 def sign_status(manifest: dict[str, Any], key: bytes) -> None:
@@ -476,9 +484,12 @@ class Store:
         if signature.get("key_id") != key_id(key):
             return [f"status: {status!r} is signed with another key (key id {signature.get('key_id')}, this store's is "
                     f"{key_id(key)}): set ${KEY_ENV} to the key that signed it"]
-        if not hmac.compare_digest(str(signature.get("mac")), status_mac(manifest, key)):
-            return [f"status: the status record ({status!r}, its check report and history) does not match its "
-                    "signature: it was edited by hand"]
+        fields = tuple(signature.get("signed") or ())
+        if fields not in _MAC_TAGS:
+            return [f"status: the signature names fields {list(fields)}, which no prefdata signs: it was edited by hand"]
+        if not hmac.compare_digest(str(signature.get("mac")), status_mac(manifest, key, fields)):
+            return [f"status: the manifest ({status!r}, its check report, history, dates, counts or lineage) does not "
+                    "match its signature: it was edited by hand"]
         return []
 
     def set_status(self, ref: str, status: str, report: dict[str, Any] | None = None, note: str = "",
@@ -538,6 +549,20 @@ class Store:
         with self.fs.open(f"{self._dir(name, version)}/{MANIFEST}", "rb") as handle:
             return json.loads(handle.read())
 
+    def _version(self, name: str, version: str) -> Version:
+        """The version in NAME/VERSION; one whose manifest cannot be read (not JSON, not an object,
+        a field missing or of the wrong type) is a DAMAGED version, which lists as such and fails
+        verify, never an error that hides its sibling versions."""
+        try:
+            manifest = self._read_manifest(name, version)
+            problem = _manifest_problem(manifest)
+        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+            problem = f"not valid JSON ({exc})"
+        if problem:
+            manifest = {"name": name, "version": version, "status": DAMAGED, "created_at": "",
+                        "files": {}, "counts": {"rows": {}}, "damaged": f"{MANIFEST} is damaged: {problem}"}
+        return Version(name, version, manifest)
+
     def versions(self, name: str | None = None) -> list[Version]:
         pattern = f"{self.root}/{check_name(name) if name else '*'}/*/{MANIFEST}"
         found = []
@@ -546,7 +571,7 @@ class Store:
             vname, version = parts[-3], parts[-2]
             if version.startswith("."):
                 continue
-            found.append(Version(vname, version, self._read_manifest(vname, version)))
+            found.append(self._version(vname, version))
         return sorted(found, key=lambda v: (v.name, v.manifest["created_at"], v.version))
 
     def get(self, ref: str) -> Version:
@@ -555,8 +580,12 @@ class Store:
         if not candidates:
             raise UnusableInput(f"no dataset named {name!r} in the store {self.url} (see `prefdata versions`)")
         if version == "latest":
-            return candidates[-1]
-        matches = [v for v in candidates if v.version.startswith(version)]
+            readable = [v for v in candidates if v.status != DAMAGED]
+            if not readable:
+                raise UnusableInput(f"every version of {name!r} has a damaged {MANIFEST} (see `prefdata versions {name}`)")
+            return readable[-1]
+        exact = [v for v in candidates if v.version == version]
+        matches = exact or [v for v in candidates if v.version.startswith(version)]
         if len(matches) != 1:
             what = "no version" if not matches else f"{len(matches)} versions"
             raise UnusableInput(f"{ref!r}: {what} of {name!r} match; known: {', '.join(v.version for v in candidates)}")
@@ -615,6 +644,8 @@ class Store:
     def _problems(self, v: Version, copy_to: str | None = None) -> list[str]:
         """verify's problems with `v` as read (its manifest as given); with `copy_to`, each file is
         also copied there in the one read that hashes it."""
+        if v.status == DAMAGED:
+            return [f"manifest: {v.manifest['damaged']}: restore it from a backup, or delete {self._dir(v.name, v.version)}"]
         folder = self._dir(v.name, v.version)
         problems = []
         expected = v.manifest["files"]
@@ -660,6 +691,19 @@ class Store:
             if sink is not None:
                 sink.close()
         return digest.hexdigest()
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    """What makes a parsed manifest unusable (the fields every command reads), or None."""
+    if not isinstance(manifest, dict):
+        return f"a JSON {type(manifest).__name__}, not an object"
+    expected = {"status": str, "created_at": str, "files": dict, "counts": dict}
+    for field, kind in expected.items():
+        if not isinstance(manifest.get(field), kind):
+            return f"{field!r} is missing or not a {kind.__name__}"
+    if not isinstance(manifest["counts"].get("rows"), dict):
+        return "'counts' has no 'rows' object"
+    return None
 
 
 def _dumps(obj: Any) -> bytes:

@@ -322,3 +322,79 @@ def test_a_validated_version_copied_under_another_name_is_not_validated_there(st
     problems = Store().verify(f"other@{version}")
     assert any(p.startswith("manifest: it names good@") for p in problems), problems
     assert cli("train", "dpo", "--dataset", f"other@{version}", store=store_root).returncode == 1
+
+
+# -- every manifest field is signed; a damaged manifest harms only itself (issue 23) ----------------
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ('"created_at": "20', '"created_at": "29'),        # "latest" is picked by this date
+    ('"kept": 20', '"kept": 19'),                      # counts
+    ('"importer": "trl"', '"importer": "hh-rlhf"'),    # lineage
+    ('"prompt": "String"', '"prompt": "Int64"'),       # schema
+])
+def test_every_manifest_field_is_signed(store_root, old, new):
+    ref = imported(store_root)
+    Store().set_status(ref, "validated", report=REPORT)
+    assert cli("verify", ref, store=store_root).returncode == 0
+    sed(manifest_path(store_root, ref), old, new)
+    verified = cli("verify", ref, store=store_root)
+    assert verified.returncode == 1 and "does not match its signature" in verified.stdout
+    listed = cli("versions", store=store_root)
+    assert f"{ref}  validated?" in listed.stdout
+
+
+def test_a_signature_from_before_every_field_was_signed_still_verifies(store_root):
+    """A manifest signed by the older scheme (status record only) keeps verifying on those fields."""
+    from prefdata.store import _SIGNED_V1, Store, key_id, status_mac
+
+    ref = imported(store_root)
+    store = Store()
+    v = store.set_status(ref, "validated", report=REPORT)
+    manifest = json.loads(manifest_path(store_root, ref).read_text())
+    key = store._key(create=False)
+    manifest["status_signature"] = {"alg": "hmac-sha256", "key_id": key_id(key), "signed": list(_SIGNED_V1),
+                                    "mac": status_mac(manifest, key, _SIGNED_V1)}
+    manifest_path(store_root, ref).write_text(json.dumps(manifest))
+    assert store.verify(v.ref) == []
+    manifest["status_signature"]["signed"] = ["name", "version", "status"]  # a list no prefdata signs
+    manifest_path(store_root, ref).write_text(json.dumps(manifest))
+    assert "no prefdata signs" in store.verify(v.ref)[0]
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[]", '{"status": "draft"}'])
+def test_a_damaged_manifest_is_listed_as_damaged_and_its_siblings_still_work(store_root, damage):
+    good = imported(store_root, rows=ROWS)
+    bad = imported(store_root, rows=ROWS[:15])
+    manifest_path(store_root, bad).write_text(damage)
+
+    listed = cli("versions", store=store_root)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{bad}  damaged!" in listed.stdout and f"{good}  draft" in listed.stdout
+    assert cli("verify", good, store=store_root).returncode == 0
+    assert cli("show", "demo", store=store_root).returncode == 0  # latest: the readable one
+    verified = cli("verify", bad, store=store_root)
+    assert verified.returncode == 1 and "manifest.json is damaged" in verified.stdout
+    shown = cli("show", bad, store=store_root)
+    assert shown.returncode == 1 and len(shown.stderr.strip().splitlines()) == 1
+    published = cli("publish", bad, store=store_root)
+    assert published.returncode == 1 and "damaged" in published.stderr and "Traceback" not in published.stderr
+
+
+def test_the_full_version_id_wins_over_a_folder_it_is_a_prefix_of(store_root):
+    ref = imported(store_root)
+    name, version = ref.split("@")
+    folder = Path(Store().path(ref))
+    import shutil
+
+    shutil.copytree(folder, folder.parent / f"{version}ab")  # a look-alike whose name starts with the id
+    assert Store().get(ref).version == version
+    assert cli("verify", ref, store=store_root).returncode == 0
+
+
+def test_versions_marks_a_status_it_cannot_check(store_root, monkeypatch):
+    ref = imported(store_root)
+    Store().set_status(ref, "validated", report=REPORT)
+    listed = cli("versions", store=store_root, env={KEY_ENV: "short"})  # a key that cannot be used
+    assert listed.returncode == 0
+    assert f"{ref}  validated?" in listed.stdout and "? the status could not be checked" in listed.stdout
