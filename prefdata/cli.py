@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from prefdata.errors import GateFailed, PrefdataError, UnusableInput
+from prefdata.outputs import writable_dir, writable_file
 
 app = typer.Typer(
     name="prefdata",
@@ -42,8 +43,11 @@ def _track(items, description: str, total: int):
 
 def _write_json(path: Path | None, payload: dict) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise UnusableInput(f"--json {path}: cannot write it ({exc.strerror})") from None
 
 
 @app.callback()
@@ -73,6 +77,8 @@ def import_cmd(
 
     if (name is None) == (out is None):
         raise UnusableInput("give exactly one of --name NAME (store a draft version) or --out FILE (write rows)")
+    writable_file(json_path, "--json")
+    writable_file(out, "--out")
     from prefdata.gate import read_text
 
     guidelines = read_text(card)
@@ -309,6 +315,12 @@ def check(
     if data is None:
         raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
                             "or --list-checks to list the checks")
+    writable_file(json_path, "--json")
+    writable_dir(report_dir, "--report-dir")
+    if scorer:
+        from prefdata.scoring import check_spec
+
+        check_spec(scorer)
     if not (checklist["checks"].get("gx") or {}).get("waive") and ("@" in data or Path(data).exists()):
         from prefdata.checks.gx_suite import prewarm
 
@@ -359,15 +371,20 @@ def filter_cmd(
     from prefdata.filtering import filter_version
     from prefdata.store import Store
 
+    writable_file(json_path, "--json")
     child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
                                    load_config(config), name, votes=None if votes is None else str(votes))
-    summary = {**counts, "version": child.ref, "parent": child.manifest["lineage"]["parent"]}
+    unchanged = counts.get("unchanged", False)
+    summary = {**counts, "version": child.ref, "parent": None if unchanged else child.manifest["lineage"]["parent"]}
     _write_json(json_path, summary)
     console = _console()
     console.print(f"read {counts['read']} = kept {counts['kept']} + quarantined {counts['quarantined']}")
     for reason, n in counts["reasons"].items():
         console.print(f"  quarantined: {n} {reason}")
-    console.print(f"version: {child.ref} (draft, parent {summary['parent']})")
+    if unchanged:
+        console.print(f"nothing to drop: {child.ref} stays as it is ({child.status}); no new version")
+    else:
+        console.print(f"version: {child.ref} (draft, parent {summary['parent']})")
     return 0
 
 
@@ -385,6 +402,12 @@ def publish(
     """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
     from prefdata.publishing import publish_version
     from prefdata.store import Store
+
+    writable_dir(report_dir, "--report-dir")
+    if scorer:
+        from prefdata.scoring import check_spec
+
+        check_spec(scorer)
 
     def show(validation) -> None:
         _print_results(validation.outcome.results, validation.passed)
@@ -434,6 +457,7 @@ def train_command(
     if not dataset:
         raise UnusableInput("train: --dataset NAME@VERSION is required (a validated version); "
                             f"`prefdata train {method} --show-config` lists the config without one")
+    writable_dir(output_dir, "--output-dir")
     console = _console()
     verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
     result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,
@@ -510,7 +534,10 @@ def world_build(
 @world_app.command("eval")
 def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (from_pretrained path).")]) -> int:
     """Held-out task and general-skill accuracy of any model on the demo world's prompts."""
+    from prefdata.trainers.common import check_base_model
     from prefdata.world import evaluate
+
+    check_base_model(str(model))  # a path that is not a model: one line, exit 2, before loading anything
 
     _console().print(json.dumps(evaluate(model), indent=2))
     return 0

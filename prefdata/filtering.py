@@ -85,6 +85,10 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
         if result.status == "error":
             raise UnusableInput(f"check {result.id} could not run: {result.message}")
     plan = _drop_plan(results, inputs.pairs["id"])
+    if plan.height == 0:  # nothing to drop: no new version, which would only copy the parent (and become the newest)
+        n = inputs.pairs.height
+        return parent, {"read": n, "kept": n, "quarantined": 0, "pairs": n, "unresolved": {}, "reasons": {},
+                        "format": "filtered", "unchanged": True}
     lineage = {
         "parent": parent.ref,
         "sources": parent.manifest["lineage"].get("sources", []),

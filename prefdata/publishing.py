@@ -96,6 +96,7 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
     with store.pinned(ref) as (copy, v):
         if v.status == "validated":
             return Publication(v.ref, "validated", None)
+        store.check_can_set_status(v.name)  # a status that cannot be written fails now, not after the checklist
         validation = validate_version(store, v.ref, title="publish", read_from=copy, **settings)
         if show is not None:
             show(validation)

@@ -35,6 +35,19 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return kind, target
 
 
+def check_spec(spec: str) -> tuple[str, str]:
+    """parse_spec, plus what can be told before any work is done (exit 2): a verdicts file or a local
+    model folder that is not there. A hub name (`org/name`) is left for loading to judge."""
+    kind, target = parse_spec(spec)
+    path = Path(target).expanduser()
+    if kind == "verdicts" and not path.is_file():
+        raise UnusableInput(f"--scorer {spec}: no verdicts file {target}")
+    local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1
+    if kind in ("rm", "lm") and local and not (path / "config.json").is_file():
+        raise UnusableInput(f"--scorer {spec}: {target} is not a model folder (no config.json there)")
+    return kind, target
+
+
 def _to_preferred(value, label: str | None) -> str | None:
     text = str(value).strip().lower() if value is not None else ""
     if text in ("chosen", "rejected"):

@@ -403,8 +403,30 @@ class Store:
         from filelock import FileLock
 
         os.makedirs(self._dir(name), exist_ok=True)
+        self._check_lock_file(name)
         with FileLock(self._dir(name) + "/.lock", timeout=60):
             yield
+
+    def _check_lock_file(self, name: str) -> None:
+        lock = self._dir(name) + "/.lock"
+        if os.path.lexists(lock) and (os.path.islink(lock) or not os.path.isfile(lock)):
+            raise UnusableInput(f"{lock} is {'a symlink' if os.path.islink(lock) else 'not a file'}, not a lock file: "
+                                "remove it (prefdata makes its own)")
+
+    def check_can_set_status(self, name: str) -> None:
+        """What setting a status will need, checked before the work that decides it (a whole checklist
+        run): a writable dataset folder, a lock file that is a file, a usable key. Exit 2 when not."""
+        if not self.local:
+            return
+        folder = self._dir(name)
+        self._check_lock_file(name)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UnusableInput(f"cannot write to the store {self.url} ({folder}: not writable): make it writable for "
+                                "this user, or choose another store with --store or $PREFDATA_STORE")
+        if os.path.lexists(self.key_path) or os.environ.get(KEY_ENV):
+            self._key(create=False)  # a key that cannot be used says why now
+        elif not os.access(self.root, os.W_OK | os.X_OK):
+            raise UnusableInput(f"cannot write the store's key in {self.root}: make the folder writable, or set {KEY_ENV}")
 
     # -- the store's key ---------------------------------------------------------------------
     @property

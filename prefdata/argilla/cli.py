@@ -178,9 +178,12 @@ def pull(
     """Pull submitted votes (mapped back through each record's A/B order) and report agreement."""
     from prefdata.argilla.pull import agreement, pull_votes
 
+    from prefdata.outputs import writable_file
+
     writers = {".parquet": "write_parquet", ".jsonl": "write_ndjson", ".csv": "write_csv"}
     if out.suffix not in writers:
         raise UnusableInput(f"pull: --out {out} must end in .parquet, .jsonl or .csv")
+    writable_file(out, "pull: --out")  # before the server is asked for anything
     url, api_key = _connection(url, api_key, workdir)
     votes = pull_votes(url=url, api_key=api_key, dataset=dataset, workspace=workspace)
     out.parent.mkdir(parents=True, exist_ok=True)
