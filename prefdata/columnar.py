@@ -36,7 +36,7 @@ import polars as pl
 
 from prefdata.errors import UnusableInput
 from prefdata.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
-from prefdata.readers import GZIP_MAGIC, RawRow, file_kind, require_regular_file
+from prefdata.readers import GZIP_MAGIC, RawRow, file_kind, parquet_problem, require_regular_file
 from prefdata.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
 from prefdata.rows import check_format, convert_row, quarantine_entry
 
@@ -252,6 +252,12 @@ class MixedIds(Exception):
     """Some kept rows have a source id and some have not: the row path settles their collisions."""
 
 
+class UnreadableBatch(UnusableInput):
+    """A batch of the file cannot be read (a damaged page, text that is not UTF-8): an in-memory
+    import hands the file to the row path, which quarantines rows whose text is not UTF-8; a
+    streamed one stops here, naming the row group."""
+
+
 @dataclass
 class _Earlier:
     """What the cross-row rules need to know of the batches before this one."""
@@ -283,7 +289,7 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImpor
         for kept, rejected in opened.batches:
             pairs.append(kept)
             quarantine.extend(rejected)
-    except MixedIds:
+    except (MixedIds, UnreadableBatch):
         return None
     kept = pl.concat(pairs, how="diagonal_relaxed")
     if kept.height == 0:  # nothing kept: no optional column, as when the file is one batch
@@ -332,7 +338,10 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
 
 
 def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
-    return pl.scan_parquet(path).slice(start, rows).collect().with_row_index("__row", offset=start + 1)
+    try:
+        return pl.scan_parquet(path).slice(start, rows).collect().with_row_index("__row", offset=start + 1)
+    except pl.exceptions.PolarsError as exc:
+        raise UnreadableBatch(f"{path}: not a readable Parquet file: {parquet_problem(path, exc)}") from None
 
 
 def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_column: str, optional: list[str],

@@ -397,6 +397,36 @@ def _csv_rows(path: Path, raw: bytes, delimiter: str) -> Iterator[RawRow]:
         yield _object_row(number, dict(zip(header, fields)))
 
 
+def parquet_problem(path: Path, exc: Exception) -> str:
+    """Where a Parquet file that failed to read is damaged: the first row group pyarrow cannot read,
+    or whose text is not UTF-8, with its rows (from 1); else the error as it came."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(str(path))
+    except (pa.ArrowException, OSError) as footer:
+        return f"its footer cannot be read ({' '.join(str(footer).split())})"
+    first = 1
+    for group in range(parquet.num_row_groups):
+        n = parquet.metadata.row_group(group).num_rows
+        where = f"row group {group} (rows {first}-{first + n - 1})"
+        try:
+            table = parquet.read_row_group(group)
+        except (pa.ArrowException, OSError) as damaged:
+            return f"{where} cannot be read ({' '.join(str(damaged).split())}): rewrite the file, or drop that row group"
+        for field, column in zip(table.schema, table.columns):
+            if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+                try:
+                    column.validate(full=True)
+                except pa.ArrowInvalid:
+                    return (f"{where} holds text that is not UTF-8 in column {field.name!r}: fix those rows, or raise "
+                            f"--batch-rows above the file's {parquet.metadata.num_rows} rows, so that it is read in "
+                            "memory and only those rows are quarantined")
+        first += n
+    return str(exc)
+
+
 def parquet_table(path: Path, raw: bytes):
     """A pyarrow Table of Parquet bytes.
 
@@ -409,6 +439,7 @@ def parquet_table(path: Path, raw: bytes):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    gzipped = False
     try:
         with path.open("rb") as handle:
             gzipped = handle.read(2) == GZIP_MAGIC
@@ -418,7 +449,8 @@ def parquet_table(path: Path, raw: bytes):
         sink.write(raw)
         return pq.read_table(pa.BufferReader(sink.getvalue()))
     except (pa.ArrowException, OSError) as exc:
-        raise UnusableInput(f"{path}: not a readable Parquet file ({exc})") from None
+        where = parquet_problem(path, exc) if not gzipped else str(exc)
+        raise UnusableInput(f"{path}: not a readable Parquet file: {where}") from None
 
 
 def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:

@@ -371,3 +371,53 @@ def test_utf16_input_is_named_as_such(tmp_path):
     done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--out", str(tmp_path / "o.jsonl")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "looks like UTF-16" in done.stderr and "iconv" in done.stderr
+
+
+# -- damaged Parquet: the file and the row group named, exit 2 ---------------------------------------
+
+
+def _damaged_parquet(tmp_path, damage: str):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"{damage}.parquet"
+    n = 400
+    pq.write_table(pa.table({"prompt": [f"question {i} " * 5 for i in range(n)],
+                             "chosen": [f"good answer {i} " * 5 for i in range(n)],
+                             "rejected": [f"bad answer {i} " * 5 for i in range(n)]}),
+                   path, row_group_size=100, compression="none")
+    data = bytearray(path.read_bytes())
+    if damage == "page":  # the page header of row group 2's chosen column
+        offset = pq.ParquetFile(path).metadata.row_group(2).column(1).data_page_offset
+        data[offset:offset + 8] = b"\xff" * 8
+    else:  # one byte of row 151's chosen text (row group 1) is no longer UTF-8
+        data[data.find(b"good answer 150 ")] = 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("command", ["import-out", "import-batches", "check-batches"])
+def test_a_damaged_page_names_the_file_and_row_group(tmp_path, command):
+    path = _damaged_parquet(tmp_path, "page")
+    args = {"import-out": ["import", str(path), "--out", str(tmp_path / "o.jsonl")],
+            "import-batches": ["import", str(path), "--name", "d", "--batch-rows", "100"],
+            "check-batches": ["check", str(path), "--batch-rows", "100"]}[command]
+    done = subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PREFDATA_STORE": str(tmp_path / "store")})
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert f"{path}: not a readable Parquet file: row group 2 (rows 201-300) cannot be read" in line
+
+
+def test_text_that_is_not_utf8_in_one_row_group(tmp_path):
+    path = _damaged_parquet(tmp_path, "utf8")
+    # in memory: only that row is quarantined, as for every other format
+    result = import_file(path)
+    assert result.read == 400 and [q["reason"] for q in result.quarantine] == ["invalid_utf8"]
+    assert result.quarantine[0]["row"] == 151
+    # in batches (a file too big for memory): exit 2, naming the row group and the way out
+    done = subprocess.run([sys.executable, "-m", "prefdata", "check", str(path), "--batch-rows", "100"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "row group 1 (rows 101-200) holds text that is not UTF-8 in column 'chosen'" in line
