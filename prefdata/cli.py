@@ -574,13 +574,35 @@ from prefdata.collect_cli import collect_command as _collect  # noqa: E402 - typ
 app.command("collect")(_collect)
 
 
+class Terminated(BaseException):
+    """SIGTERM, as an exception: the command unwinds (its temporary folders and partial outputs are
+    removed by their own `finally` and atexit) instead of dying where it stands."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+# Commands that run Prefect flows keep Python's default SIGTERM: their engine and temporary server
+# have signal handling of their own.
+_FLOW_COMMANDS = {"collect", "demo", "serve"}
+
+
 def main(argv: list[str] | None = None) -> None:
     import click
+    import signal
     from typer.exceptions import TyperException
 
     args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command not in _FLOW_COMMANDS and threading_main():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=args, prog_name="prefdata", standalone_mode=False)
+    except Terminated:
+        print("prefdata: stopped by SIGTERM (its temporary folders removed; a version is written whole or not at all)",
+              file=sys.stderr)
+        code = 143
     except (click.exceptions.Exit, typer.Exit) as exc:
         code = exc.exit_code
     except (click.exceptions.Abort, typer.Abort):
@@ -604,6 +626,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)", file=sys.stderr)
         code = 3
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (the only one a signal handler can be set from)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

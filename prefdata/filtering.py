@@ -7,7 +7,6 @@ version's quarantine with the check that flagged it, and rows in = rows kept + r
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from prefdata.errors import UnusableInput
+from prefdata.scratch import scratch
 from prefdata.store import Store, Version, tables_for
 
 # Checks whose offenders are row ids (others list section titles or dimension names).
@@ -108,7 +108,7 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     seen = pl.DataFrame(schema={"id": pl.String, "before": pl.Int64})  # occurrences of flagged ids so far
     # The dropped rows, text and all, wait on disk (Arrow IPC, a file per frame) until the store writes
     # the quarantine a line at a time: a filter over shards never holds all of them in memory.
-    spill = tempfile.TemporaryDirectory(prefix="prefdata-filter-")
+    spill = scratch("filter")
     spilled: list[Path] = []
 
     def batches():  # the pairs a frame at a time: the whole frame, or each shard of a sharded version
@@ -119,7 +119,7 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
             dropped = verdicts["reason"].is_not_null()
             rows = pairs.filter(dropped)
             if rows.height:
-                spilled.append(Path(spill.name) / f"{len(spilled)}.arrow")
+                spilled.append(spill_dir / f"{len(spilled)}.arrow")
                 marks = verdicts.filter(dropped).select("row", "reason")
                 rows.with_columns(marks.to_series(0).alias(_ROW), marks.to_series(1).alias(_REASON)).write_ipc(
                     spilled[-1], compression="lz4")
@@ -152,7 +152,7 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
             extra["votes"] = {"train": own_votes}
         return extra, quarantine(), counts, lineage
 
-    with spill:
+    with spill as spill_dir:
         n_batches = 1 if inputs.shards is None else len(inputs.shards.paths)
         if inputs.shards is None:  # one frame: its tables and the rest together, as `create` writes them
             tables = next(batches())

@@ -369,18 +369,16 @@ def import_file_to_shards(
     per batch, removed when the process exits) for a batched checklist run (checks/batched.py):
     the result (its `pairs` holds only the kept ids) and the shards (checks/shards.py Shards).
     None when the file is one batch, or not one the columnar path takes: import it in memory."""
-    import atexit
     import shutil
-    import tempfile
 
     from prefdata.checks.shards import Shards
+    from prefdata.scratch import scratch_dir
 
     path = Path(src)
     opened = convert_batches(path, "auto", max_text_bytes, batch_rows or BATCH_ROWS)
     if opened is None or opened.n_batches < 2:
         return None
-    folder = Path(tempfile.mkdtemp(prefix="prefdata-shards-"))
-    atexit.register(shutil.rmtree, folder, True)
+    folder = scratch_dir("shards")  # removed at exit, on SIGTERM, or by the next run after a SIGKILL
     ids: list[pl.Series] = []
     quarantine: list[dict[str, Any]] = []
     paths: list[str] = []

@@ -53,6 +53,7 @@ import polars as pl
 from prefdata import __version__
 from prefdata.card import render_card
 from prefdata.errors import GateFailed, UnusableInput
+from prefdata.scratch import alive, scratch
 
 DEFAULT_ROOT = os.path.join(".prefdata", "store")
 STATUSES = ("draft", "validated", "rejected")
@@ -387,7 +388,7 @@ class Store:
             tag = rest.partition("-")[0]
             try:
                 if pid.isdigit() and tag == here:
-                    stale = not _alive(int(pid))
+                    stale = not alive(int(pid))
                 else:
                     stale = time.time() - _newest_mtime(entry.path) > STALE_STAGING_SECONDS
             except FileNotFoundError:
@@ -646,11 +647,8 @@ class Store:
         raises GateFailed before anything reads the copy. Since the copy is what gets read, a writer
         of the store who swaps a file between the check and the use changes nothing that is read.
         Yields (a Store over the copy, the version as read); the copy is removed on exit."""
-        import tempfile
-
         v = self.get(ref)
-        copy_root = tempfile.mkdtemp(prefix="prefdata-pinned-")  # 0700
-        try:
+        with scratch("pinned") as copy_root:  # 0700
             folder = f"{copy_root}/{v.name}/{v.version}"
             os.makedirs(folder)
             problems = self._problems(v, copy_to=folder)
@@ -659,9 +657,7 @@ class Store:
                                  "its files or its signed status changed")
             with open(f"{folder}/{MANIFEST}", "wb") as handle:
                 handle.write(_dumps(v.manifest))
-            yield Store(copy_root), v
-        finally:
-            shutil.rmtree(copy_root, ignore_errors=True)
+            yield Store(str(copy_root)), v
 
     def _problems(self, v: Version, copy_to: str | None = None) -> list[str]:
         """verify's problems with `v` as read (its manifest as given); with `copy_to`, each file is
@@ -742,20 +738,6 @@ def _writer_tag() -> str:
         except OSError:
             parts.append("-")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    try:  # a killed process its parent has not reaped yet is a zombie: dead for our purpose
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _newest_mtime(folder: str) -> float:
