@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from prefdata.errors import GateFailed, PrefdataError, UnusableInput
+from prefdata.errors import GateFailed, NoSpace, PrefdataError, UnusableInput
 from prefdata.outputs import writable_dir, writable_file
 
 app = typer.Typer(
@@ -623,9 +623,22 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: one line unless asked for the traceback
         if _state["verbose"]:
             _console(stderr=True).print_exception()
-        print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)", file=sys.stderr)
-        code = 3
+        if _disk_full(exc):
+            where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+            print(f"prefdata: error: no space left on the disk{where} ({exc.strerror}): free some space and run it "
+                  "again; nothing half-written was kept", file=sys.stderr)
+            code = NoSpace.exit_code
+        else:
+            print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)",
+                  file=sys.stderr)
+            code = 3
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def threading_main() -> bool:

@@ -1,7 +1,7 @@
 """Errors a user can act on. The CLI prints them as one line and exits with their code.
 
 Exit codes across prefdata: 0 success, 1 a gate failed (checks, verify), 2 unusable input,
-3 an internal error (a bug: rerun with --verbose and report the traceback).
+3 an internal error (a bug: rerun with --verbose and report the traceback), 4 a disk is full.
 """
 
 from __future__ import annotations
@@ -23,3 +23,9 @@ class GateFailed(PrefdataError):
     """A check, verification or policy refused the data."""
 
     exit_code = 1
+
+
+class NoSpace(PrefdataError):
+    """A disk (or quota) filled up while prefdata wrote to it; nothing half-written is left."""
+
+    exit_code = 4

@@ -480,17 +480,17 @@ class Store:
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            os.write(fd, (secrets.token_hex(32) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
+            try:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                os.write(fd, (secrets.token_hex(32) + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.link(tmp, path)  # appears whole, and never replaces a key another writer made first
         except FileExistsError:
             pass
         finally:
-            os.unlink(tmp)
+            os.unlink(tmp)  # whatever happened (a full disk too): no temporary key is left behind
 
     def status_problems(self, manifest: dict[str, Any]) -> list[str]:
         """Why a manifest's status record cannot be trusted (empty when it can)."""
@@ -560,12 +560,17 @@ class Store:
                 if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
                     os.unlink(entry.path)
         tmp = f"{parent}/{prefix}{version}-{uuid.uuid4().hex}.tmp"
-        with self.fs.open(tmp, "wb") as handle:
-            handle.write(_dumps(manifest))
-        if self.local:
-            os.replace(tmp, f"{self._dir(name, version)}/{MANIFEST}")
-        else:
-            self.fs.mv(tmp, f"{self._dir(name, version)}/{MANIFEST}")
+        try:
+            with self.fs.open(tmp, "wb") as handle:
+                handle.write(_dumps(manifest))
+            if self.local:
+                os.replace(tmp, f"{self._dir(name, version)}/{MANIFEST}")
+            else:
+                self.fs.mv(tmp, f"{self._dir(name, version)}/{MANIFEST}")
+        except BaseException:
+            if self.fs.exists(tmp):  # a full disk, a signal: the old manifest stays, and nothing beside it
+                self.fs.rm(tmp)
+            raise
 
     # -- reading ---------------------------------------------------------------------------
     def _read_manifest(self, name: str, version: str) -> dict[str, Any]:
