@@ -140,9 +140,10 @@ def _suite(gx: Any, *, max_length_ratio: float, max_text_chars: int, min_rows: i
     return suite, thresholds
 
 
-def _distinct_ids(index_list: list[dict[str, Any]] | None, ids: pl.Series) -> tuple[str, ...]:
-    """Offending ids from GX's unexpected_index_list (row numbers), in row order, each id once (a
-    duplicated id is listed for every copy). With exclude_unexpected_values GX gives one dict
+def _offending_ids(index_list: list[dict[str, Any]] | None, ids: pl.Series) -> tuple[str, ...]:
+    """The id of each offending row, from GX's unexpected_index_list (row numbers), in row order: one
+    entry per row, so that the offending list (and its file) counts what n_offending counts (every
+    copy of an id that `unique.id` finds repeated). With exclude_unexpected_values GX gives one dict
     {"row": [rows...]}; without it, one dict per row {"row": row, <column>: value}; both are read."""
     rows: list[int] = []
     for entry in index_list or ():
@@ -150,8 +151,7 @@ def _distinct_ids(index_list: list[dict[str, Any]] | None, ids: pl.Series) -> tu
         rows.extend(int(v) for v in (values if isinstance(values, list) else [values]))
     if not rows:
         return ()
-    found = ids.gather(sorted(rows)).cast(pl.String).fill_null(_NULL_ID)
-    return tuple(found.unique(maintain_order=True).to_list())
+    return tuple(ids.gather(sorted(set(rows))).cast(pl.String).fill_null(_NULL_ID).to_list())
 
 
 def _to_check_result(result: Any, thresholds: dict[str, float | None], ids: pl.Series) -> CheckResult:
@@ -176,7 +176,7 @@ def _to_check_result(result: Any, thresholds: dict[str, float | None], ids: pl.S
 
     n_rows, n_bad = stats.get("element_count", 0), stats.get("unexpected_count", 0) or 0
     percent = stats.get("unexpected_percent")
-    offending = _distinct_ids(stats.get("unexpected_index_list"), ids)
+    offending = _offending_ids(stats.get("unexpected_index_list"), ids)
     details.update(n_offending=n_bad, element_count=n_rows, missing_count=stats.get("missing_count"))
     rule = check_id.removeprefix(f"{CHECK_PREFIX}.")
     message = f"{n_bad} of {n_rows} rows break {rule}" if n_bad else f"all {n_rows} rows satisfy {rule}"

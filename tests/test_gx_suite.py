@@ -65,7 +65,7 @@ def test_dirty_frame_fails_exactly_the_matching_expectations(dirty_run):
     failed = {cid: r.offending for cid, r in results.items() if r.status != "pass"}
     assert failed == {
         "gx.not_null.prompt": ("nullprompt",),
-        "gx.unique.id": ("dup",),
+        "gx.unique.id": ("dup", "dup"),  # both rows sharing the id: the offending list counts rows
         "gx.length_ratio": ("ratio5",),
         "gx.category_set": ("badcat",),
     }
@@ -75,6 +75,7 @@ def test_dirty_frame_fails_exactly_the_matching_expectations(dirty_run):
 def test_metrics_counts_and_messages(dirty_run):
     results, _ = dirty_run
     assert results["gx.unique.id"].details["n_offending"] == 2  # both rows sharing the id
+    assert all(len(r.offending) == r.details["n_offending"] for r in results.values() if "n_offending" in r.details)
     assert results["gx.unique.id"].metric == pytest.approx(2 / 6)
     assert results["gx.not_null.prompt"].metric == pytest.approx(1 / 6)
     assert results["gx.length_ratio"].metric == pytest.approx(1 / 6)
@@ -145,7 +146,7 @@ def test_gx_validates_derived_numbers_not_a_copy_of_the_text(monkeypatch):
     assert all(dtype.kind in "iufb" for dtype in frame.dtypes), frame.dtypes  # numbers only
     assert frame.index.dtype.kind in "iu"
     failed = {cid: r.offending for cid, r in results.items() if r.status != "pass"}
-    assert failed == {"gx.not_null.prompt": ("nullprompt",), "gx.unique.id": ("dup",),
+    assert failed == {"gx.not_null.prompt": ("nullprompt",), "gx.unique.id": ("dup", "dup"),
                       "gx.length_ratio": ("ratio5",), "gx.category_set": ("badcat",)}
     assert results["gx.unique.id"].details["n_offending"] == 2
     assert results["gx.not_null.prompt"].details["kwargs"]["column"] == "prompt_chars"
@@ -183,4 +184,4 @@ def test_prewarm_imports_gx_once_on_a_thread_and_the_suite_runs_after_it():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ("[('gx.length_ratio', 'fail', ('a',)), ('gx.unique.id', 'fail', ('a',))]")
+    assert done.stdout.strip() == ("[('gx.length_ratio', 'fail', ('a',)), ('gx.unique.id', 'fail', ('a', 'a'))]")
