@@ -725,3 +725,22 @@ def test_label_audit_of_hh_rlhf_pairs_round_trips(argilla, shared_data, tmp_path
     assert summary["reasons"] == {"check:label_audit": 2}
     child = Store(str(store)).load(summary["version"])
     assert set(child["id"]) == set(by_id) - overturned
+
+
+def test_add_user_twice_keeps_and_never_prints_a_password_that_does_not_work(argilla):
+    """Argilla keeps an existing user's password: the second add-user says so instead of printing a new
+    one that fails to log in (the audit logged in with the printed one: 401)."""
+    _, info = argilla
+    common = ("--url", info.url, "--api-key", info.api_key)
+    first = _cli("argilla", "add-user", "twice", "--password", "first-pass-1234", *common)
+    assert first.returncode == 0 and "'first-pass-1234'" in first.stdout, first.stderr
+    second = _cli("argilla", "add-user", "twice", *common)
+    assert second.returncode == 0, second.stderr
+    assert "exists already (annotator)" in second.stdout and "password is unchanged" in second.stdout
+    assert "password '" not in second.stdout
+
+    def login(password: str) -> int:
+        return httpx.post(f"{info.url}/api/v1/token", data={"username": "twice", "password": password},
+                          timeout=30).status_code
+
+    assert login("first-pass-1234") in (200, 201) and login("wrong-pass-1234") == 401

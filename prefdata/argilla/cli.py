@@ -94,12 +94,18 @@ def add_user_cmd(
     """Create a user who can log in to the web UI, as a member of the workspace (needs an owner key)."""
     import secrets
 
-    from prefdata.argilla.client import add_user
+    from prefdata.argilla.client import ensure_user
 
     url, api_key = _connection(url, api_key, workdir)
-    password = password or secrets.token_urlsafe(9)
-    user_key = add_user(url=url, api_key=api_key, username=username, password=password, role=role, workspace=workspace)
-    _say(f"{username} ({role}) in workspace {workspace}: log in at {url} with password {password}; API key {user_key}")
+    new_password = password or secrets.token_urlsafe(9)
+    user_key, created, actual_role = ensure_user(url=url, api_key=api_key, username=username, password=new_password,
+                                                 role=role, workspace=workspace)
+    if created:
+        _say(f"{username} ({role}) in workspace {workspace}: log in at {url} with password {new_password!r}; "
+             f"API key {user_key}")
+    else:  # Argilla keeps an existing user's password: printing a new one would print one that does not work
+        _say(f"{username} exists already ({actual_role}), now in workspace {workspace}: its password is unchanged"
+             f"{' (--password ignored)' if password else ''}; API key {user_key}")
     return 0
 
 

@@ -81,6 +81,14 @@ def add_user(*, url: str | None, api_key: str | None, username: str, password: s
              workspace: str = "prefdata") -> str:
     """Create a user (when absent) and make it a member of the workspace; returns the user's API key.
     Needs an owner key. The password is the user's login to the web UI."""
+    return ensure_user(url=url, api_key=api_key, username=username, password=password, role=role,
+                       workspace=workspace)[0]
+
+
+def ensure_user(*, url: str | None, api_key: str | None, username: str, password: str, role: str = "annotator",
+                workspace: str = "prefdata") -> tuple[str, bool, str]:
+    """add_user's work: (the user's API key, whether it was created now, its role). A user who
+    exists already keeps their password and role: `password` and `role` only apply to a new one."""
     import argilla as rg
 
     url, api_key = resolve(url, api_key)
@@ -91,7 +99,8 @@ def add_user(*, url: str | None, api_key: str | None, username: str, password: s
         response = http.get("/api/v1/users")
         response.raise_for_status()
         user = next((u for u in response.json()["items"] if u["username"] == username), None)
-        if user is None:
+        created = user is None
+        if created:
             response = http.post("/api/v1/users", json={"first_name": username, "username": username,
                                                         "password": password, "role": role})
             response.raise_for_status()
@@ -100,4 +109,4 @@ def add_user(*, url: str | None, api_key: str | None, username: str, password: s
         members.raise_for_status()
         if user["id"] not in {u["id"] for u in members.json()["items"]}:
             http.post(f"/api/v1/workspaces/{ws.id}/users", json={"user_id": user["id"]}).raise_for_status()
-        return user["api_key"]
+        return user["api_key"], created, user.get("role", role)
