@@ -214,7 +214,9 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
             _check_range(path, check_id, name, value)
         config["checks"][check_id] = {**config["checks"].get(check_id, {}), **params}
     if "strict" in user:
-        config["strict"] = bool(user["strict"])
+        if not isinstance(user["strict"], bool):  # YAML reads `maybe` or `"no"` as text, which bool() takes as true
+            raise UnusableInput(f"{path}: strict must be true or false, not {user['strict']!r}")
+        config["strict"] = user["strict"]
     return config
 
 

@@ -125,9 +125,9 @@ def _pick(columns: set[str] | Mapping[str, Any], names: tuple[str, ...]) -> str 
 
 def _text(row: Mapping[str, Any], name: str, column: str | None = None, allow_empty: bool = False) -> str:
     value = row.get(column or name)
-    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: pandas' missing
+    if value is None:
         raise RowRejected(f"missing_field:{name}")
-    if not isinstance(value, str):
+    if not isinstance(value, str):  # NaN too: a number where text belongs, whatever wrote it
         # Never str() it: a JSON `true` would become "True", 12 would become "12", Infinity "inf".
         # (PandaLM's test set has 6 such rows: `true` where a response's text belongs.)
         raise RowRejected(f"wrong_type:{name}", f"expected text, got {type(value).__name__} {_short(value)}")

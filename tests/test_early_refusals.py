@@ -104,3 +104,16 @@ def _validated(store_root: Path, src: Path, tmp_path: Path) -> str:
     published = cli("publish", ref, "--config", str(config), store=store_root)
     assert published.returncode == 0, published.stderr
     return ref
+
+
+def test_argilla_push_of_a_bare_name_audits_its_latest_validated_version(store_root, src, tmp_path):
+    ref = _validated(store_root, src, tmp_path)
+    other = tmp_path / "more.jsonl"
+    other.write_text("".join(json.dumps({**r, "chosen": r["chosen"] + " Sure."}) + "\n" for r in ROWS))
+    cli("import", str(other), "--name", "d", store=store_root)  # a newer draft: not what an audit takes
+    pushed = cli("argilla", "push", "d", "--dataset", "audit", "--url", "http://127.0.0.1:9", "--api-key", "x" * 40,
+                 store=store_root)
+    assert f"push: d is {ref}, its latest validated version" in pushed.stdout
+    assert pushed.returncode == 2 and "cannot reach Argilla" in pushed.stderr  # the server is asked only after
+    none = cli("argilla", "push", "nothing-here", "--dataset", "audit", store=store_root)
+    one_line_exit_2(none, "does not exist")

@@ -421,3 +421,23 @@ def test_text_that_is_not_utf8_in_one_row_group(tmp_path):
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert "row group 1 (rows 101-200) holds text that is not UTF-8 in column 'chosen'" in line
+
+
+def test_nan_where_a_response_belongs_is_wrong_type(tmp_path):
+    src = tmp_path / "nan.jsonl"
+    src.write_bytes(jsonl(json.dumps(GOOD), '{"prompt": "q", "chosen": NaN, "rejected": "b"}'))
+    result = import_file(src)
+    [entry] = result.quarantine
+    assert entry["reason"] == "wrong_type:chosen" and "float nan" in entry["detail"]
+
+
+def test_strict_must_be_a_boolean(tmp_path):
+    from prefdata.checks.checklist import load_config
+    from prefdata.errors import UnusableInput
+
+    config = tmp_path / "c.yaml"
+    config.write_text("strict: maybe\n")
+    with pytest.raises(UnusableInput, match="strict must be true or false, not 'maybe'"):
+        load_config(config)
+    config.write_text("strict: false\n")
+    assert load_config(config)["strict"] is False

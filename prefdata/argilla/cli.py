@@ -109,6 +109,26 @@ def add_user_cmd(
     return 0
 
 
+def _is_dataset(source: str) -> bool:
+    """Whether `source` (no file of that name) names a dataset of the store."""
+    from prefdata.store import Store, check_name
+
+    try:
+        return bool(Store().versions(check_name(source)))
+    except UnusableInput:
+        return False
+
+
+def _latest_validated(store, name: str) -> str:
+    """NAME alone audits NAME's newest validated version (one whose signature holds), said in a line."""
+    trusted = [v for v in store.versions(name) if v.status == "validated" and not store.status_problems(v.manifest)]
+    if not trusted:
+        raise UnusableInput(f"push: {name} has no validated version to audit: name one, as {name}@VERSION "
+                            f"(see `prefdata versions {name}`)")
+    _say(f"push: {name} is {trusted[-1].ref}, its latest validated version")
+    return trusted[-1].ref
+
+
 def _read_rows(source: str, sample: int | None, seed: int):
     """A table file with pair_id, prompt, response_a, response_b, or a label audit of NAME@VERSION's
     pairs (chosen as response_a, rejected as response_b, label "a"); `sample` of them when given."""
@@ -117,10 +137,11 @@ def _read_rows(source: str, sample: int | None, seed: int):
     from prefdata.argilla.audit import audit_rows, sample_rows
 
     path = Path(source)
-    if not path.exists() and "@" in source:
+    if not path.exists() and ("@" in source or _is_dataset(source)):
         from prefdata.store import Store
 
-        return audit_rows(Store().load(source), sample, seed)
+        ref = source if "@" in source else _latest_validated(Store(), source)
+        return audit_rows(Store().load(ref), sample, seed)
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     readers = {".parquet": pl.read_parquet, ".jsonl": pl.read_ndjson, ".ndjson": pl.read_ndjson,
                ".csv": pl.read_csv, ".json": pl.read_json}
