@@ -15,6 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.
 import pytest
 
 from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.store import Store
 from prefdata.world import WorldConfig, build_world, sampling_prompts, sft_data
 from prefdata.world.tasks import ARITH_RE
 
@@ -158,6 +159,20 @@ def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_
     assert dataset["ref"] in card and "base_model:" in card and record["config"]["loss_type"] == ["sigmoid", "sft"]
     assert record["config"]["bf16"] is False and record["config"]["activation_checkpointing"] is False
     assert record["config"]["gradient_checkpointing"] is False  # the deprecated alias mirrors it
+    # the waivers its validation recorded (the world's checklist): in the record, on the card and in the log
+    waived = {c["id"] for c in Store(dataset["store"]).get(dataset["ref"]).manifest["check_report"]["checks"]
+              if (c.get("details") or {}).get("waived")}
+    assert set(record["waivers"]) == waived and len(waived) == 3
+    assert "## Waivers" in card and all(f"- `{check}`: item " in card for check in waived)
+    assert "check(s) waived" in (result.model_dir / "train.log").read_text()
+
+
+def test_allowed_waivers_refuses_a_version_validated_with_others_before_any_model(dataset, tmp_path):
+    (tmp_path / "strict.yaml").write_text("allowed_waivers: [min_size]\n")
+    out = cli("train", "dpo", "--dataset", dataset["ref"], "--config", str(tmp_path / "strict.yaml"),
+              "--base-model", "/nonexistent/model", store=Path(dataset["store"]))
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "waived, outside allowed_waivers (min_size)" in out.stderr and "/nonexistent" not in out.stderr
 
 
 def per_step_lines(text: str) -> list[str]:

@@ -77,8 +77,8 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
     from prefdata.trainers.common import (
-        RunLog, TrainResult, check_base_model, check_template, is_main_process, load_config_file, load_validated, parse_config,
-        read_sft_file, write_card,
+        RunLog, TrainResult, check_base_model, check_template, check_waivers, is_main_process, load_config_file, load_validated,
+        parse_config, read_sft_file, write_card,
     )
 
     # The data first, before the method, the config or the model load: a version that is not
@@ -96,9 +96,13 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     for field in ("general_sft", "eval_sft"):  # an SFT file that is missing or unreadable: exit 2 before any loading
         if getattr(cfg, field, None):
             read_sft_file(getattr(cfg, field))
+    waivers = check_waivers(data, getattr(cfg, "allowed_waivers", None))  # exit 1 for a waiver outside the list
     check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
     check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
+    if waivers:
+        run_log(f"{data.ref} passed its checklist with {len(waivers)} check(s) waived: "
+                + "; ".join(f"{check} ({reason})" for check, reason in waivers.items()))
     model_dir, metrics = plugin.run(cfg, data, output_dir, run_log)
     card = model_dir / "README.md"
     if is_main_process():  # under `accelerate launch`, rank 0 writes the card once

@@ -38,6 +38,7 @@ class MixConfig:
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     guards: bool = field(default=True, metadata={"help": "Stop the run when a guard from the KL tuning table fires."})
     length_max_new_tokens: int = field(default=128, metadata={"help": "Greedy tokens per held-out prompt for the card's mean_response_length before/after (0 skips it)."})
+    allowed_waivers: list[str] | None = field(default=None, metadata={"help": "Checks the dataset's validation may have waived (by id, e.g. [min_size, safety]); a version validated with any other check waived is refused. None accepts every recorded waiver; either way each one is in the run's log and on the model card."})
     check_template: bool = field(default=True, metadata={"help": "Before training, run the template_fit check (checks/template_fit.py) on the training pairs with the base model's tokenizer and the config's max_length, and refuse the run when a pair would be cut or mis-tokenised; false trains anyway (methods without TRL's max_length, grpo and ppo, never tokenise the pairs' responses and skip it)."})
 
 
@@ -130,6 +131,25 @@ def _training_data(st, v, eval_share: float, seed: int) -> TrainingData:
     sft = st.load(v.ref, "sft").filter(pl.col("prompt").is_in(train["prompt"].unique().to_list()))
     return TrainingData(v.ref, v.version, v.manifest, train.select(columns).to_dicts(), held_out.select(columns).to_dicts(),
                         list(zip(sft["prompt"].to_list(), sft["completion"].to_list())))
+
+
+def recorded_waivers(manifest: dict[str, Any]) -> dict[str, str]:
+    """The checks a validated version's signed check report waived, with the reason given for each."""
+    report = manifest.get("check_report") or {}
+    return {c["id"]: str(c.get("message") or "").removeprefix("waived: ")
+            for c in report.get("checks") or () if c.get("status") == "skip" and (c.get("details") or {}).get("waived")}
+
+
+def check_waivers(data: TrainingData, allowed: list[str] | None) -> dict[str, str]:
+    """The version's waivers; with `allowed`, a waiver of any other check refuses the run (exit 1)."""
+    waivers = recorded_waivers(data.manifest)
+    if allowed is not None:
+        outside = sorted(set(waivers) - set(allowed))
+        if outside:
+            raise GateFailed(f"{data.ref} was validated with {', '.join(outside)} waived, outside allowed_waivers "
+                             f"({', '.join(allowed) or 'none'}): publish a version that passes them, or allow them in "
+                             "the config")
+    return waivers
 
 
 def read_sft_file(path: str | Path) -> list[tuple[str, str]]:
@@ -661,13 +681,16 @@ def write_card(output_dir: Path, method: str, data: TrainingData, base_model: st
         "library_name": "transformers",
         "tags": ["prefdata", method, "trl", "peft"],
         "prefdata": {"method": method, "dataset": data.ref, "dataset_hash": data.content_hash,
-                     "config": config_record(config), "metrics": metrics},
+                     "waivers": recorded_waivers(data.manifest), "config": config_record(config), "metrics": metrics},
     }
+    waivers = header["prefdata"]["waivers"]
     body = [
         "---", yaml.safe_dump(json.loads(json.dumps(header, default=str)), sort_keys=False).rstrip(), "---",
         f"# {method} from {data.ref}", "",
         f"Trained by prefdata `{method}` from the validated dataset version `{data.ref}` "
         f"(content hash `{data.content_hash}`), starting from `{base_model}`.", "",
+        *(["## Waivers", "", "The dataset passed its checklist with these checks waived (from its signed report):", "",
+           *[f"- `{check}`: {reason}" for check, reason in waivers.items()], ""] if waivers else []),
         *(["## Warnings", "", *[f"- {w}" for w in metrics.get("warnings", [])], ""] if metrics.get("warnings") else []),
         "```json", json.dumps(metrics, indent=2, default=str), "```", "",
     ]
