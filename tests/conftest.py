@@ -22,9 +22,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The last line names the tests that did not run for want of the real data, so that a run on a
-    clone without ../shared/data never looks like the whole suite."""
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """After the short summary, just above pytest's closing counts: one line naming the tests that did
+    not run for want of the real data, so that a run on a clone without ../shared/data never looks
+    like the whole suite."""
+    yield
     marker = SHARED_DATA_ABSENT.format(SHARED_DATA)
     missed = [r for r in terminalreporter.stats.get("skipped", []) if marker in str(r.longrepr)]
     if missed:
