@@ -1,4 +1,4 @@
-"""A full disk under the store: exit 4 in one line, and nothing half-written left behind (no staging
+"""Real mounts under the store (a tmpfs, a read-only bind), each in a mount namespace of its own. A full disk: exit 4 in one line, and nothing half-written left behind (no staging
 folder, no temporary key, no temporary manifest), the store as it was. The disk is a real 1 MB tmpfs,
 mounted in a mount namespace of its own (`unshare -rm`), so that nothing outside the test sees it."""
 
@@ -98,3 +98,29 @@ def test_a_full_disk_is_exit_4_and_leaves_nothing_half_written(tmp_path):
     assert second["code"] == 4 and len(second["stderr"]) == 1, second
     assert out["after_second"] == out["before_second"]  # the key was there: no temporary manifest left
     assert out["status"] == "draft"
+
+
+def test_publish_on_a_read_only_store_refuses_before_the_checklist(tmp_path):
+    """A store on a read-only mount: publish says so (exit 2) before running the checklist, whose report
+    folder is never made."""
+    from prefdata.checks.checklist import _registry
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -rm): a read-only mount cannot be made without touching the host")
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    (work / "pairs.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}?", "chosen": f"yes {i}", "rejected": f"no {i}"})
+                                              + "\n" for i in range(30)))
+    (work / "waived.yaml").write_text("checks:\n" + "".join(f"  {c}: {{waive: a test}}\n" for c in _registry()))
+    env = {"PREFDATA_STORE": str(store)}
+    imported = subprocess.run([sys.executable, "-m", "prefdata", "import", str(work / "pairs.jsonl"), "--name", "d"],
+                              capture_output=True, text=True, timeout=120, env={**__import__("os").environ, **env})
+    ref = next(line.split()[1] for line in imported.stdout.splitlines() if line.startswith("version:"))
+    publish = (f"{sys.executable} -m prefdata publish {ref} --config {work / 'waived.yaml'} "
+               f"--report-dir {work / 'reports'}")
+    script = f"mount --bind {store} {store} && mount -o remount,ro,bind {store} && PREFDATA_STORE={store} {publish}"
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "cannot write to the store" in line and "not writable" in line
+    assert not (work / "reports").exists()  # refused before the checklist ran
