@@ -1,6 +1,7 @@
-"""Real mounts under the store (a tmpfs, a read-only bind), each in a mount namespace of its own. A full disk: exit 4 in one line, and nothing half-written left behind (no staging
-folder, no temporary key, no temporary manifest), the store as it was. The disk is a real 1 MB tmpfs,
-mounted in a mount namespace of its own (`unshare -rm`), so that nothing outside the test sees it."""
+"""Real mounts under the store, each in a mount namespace of its own (`unshare -rm`), so that nothing
+outside the test sees them. A full disk (a 1 MB tmpfs): exit 4 in one line, nothing half-written
+left behind (no staging folder, no temporary key, no temporary manifest), the store as it was. A
+read-only mount: publish refuses before its checklist runs."""
 
 from __future__ import annotations
 
