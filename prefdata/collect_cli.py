@@ -20,13 +20,17 @@ import typer
 
 from prefdata.errors import UnusableInput
 
-JUDGE_SPECS = "llm:MODEL@URL[:TEMPLATE], rm:PATH or rule:module:function"
+JUDGE_SPECS = "llm:MODEL@URL[:TEMPLATE], rm:PATH, rule:module:function, or world (the demo world's verifier)"
+WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
+WORLD_MAX_NEW_TOKENS = 6  # the world's answers are four digits and an end: what `prefdata demo` samples
 # MODEL@URL[:TEMPLATE]: a template name is NAME-vN and starts with a letter, so it never reads as a port.
 _LLM = re.compile(r"^(?P<model>.+)@(?P<url>https?://.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
 
 
 def judge_params(spec: str) -> dict[str, Any]:
     """A judge spec -> the collect flow's Judge fields; UnusableInput (one line) for a bad spec."""
+    if spec == WORLD:
+        spec = "rule:prefdata.world:verify"
     kind, sep, target = spec.partition(":")
     if not sep or not target or kind not in ("llm", "rm", "rule"):
         raise UnusableInput(f"--judge {spec!r}: use {JUDGE_SPECS}")
@@ -52,6 +56,10 @@ def judge_params(spec: str) -> dict[str, Any]:
 def policy_params(policy: str, model: str | None) -> dict[str, Any]:
     """--policy PATH (a local model folder, sampled in process) or URL (an OpenAI-compatible server
     serving --model)."""
+    if policy == WORLD:
+        if model:
+            raise UnusableInput("--model names a server's model: give it with --policy URL, not world")
+        return {"model": WORLD}  # built (or taken from its cache) by the flow
     if policy.startswith(("http://", "https://")):
         if not model:
             raise UnusableInput(f"--policy {policy}: a server needs --model, the model name it serves")
@@ -64,8 +72,10 @@ def policy_params(policy: str, model: str | None) -> dict[str, Any]:
 
 
 def collect_command(
-    prompts: Annotated[Path, typer.Option(help="Prompts: .txt (one a line) or a table with a prompt column.")],
-    policy: Annotated[str, typer.Option(help="A local model folder, or an OpenAI-compatible URL (with --model).")],
+    prompts: Annotated[str, typer.Option(help="Prompts: .txt (one a line), a table with a prompt column, or world "
+                                              "(fresh prompts from the demo world; --n of them, default 16).")],
+    policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
+                                             "(the demo world's SFT model).")],
     judge: Annotated[str, typer.Option(help=f"{JUDGE_SPECS}.")],
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
@@ -76,7 +86,8 @@ def collect_command(
     model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
     n: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all).", min=1)] = None,
     candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens per candidate.")] = 256,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Tokens per candidate (default: 256; 6 for --policy "
+                                                                "world, whose answers are four digits).", min=1)] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     cache_dir: Annotated[Path, typer.Option(help="Where sampled and judged chunks persist: a rerun resumes from them.")]
@@ -99,9 +110,14 @@ def collect_command(
 
     if aggregate not in AGGREGATES:
         raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
-    if not prompts.is_file():
-        raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line) or a table with a prompt column")
+    if prompts != WORLD and not Path(prompts).is_file():
+        raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line), a table with a prompt "
+                            "column, or world")
     judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
+    if max_new_tokens is None:
+        max_new_tokens = WORLD_MAX_NEW_TOKENS if policy == WORLD else 256
+    if prompts == WORLD and n is None:
+        n = 16
     # as the demo does: Prefect's ephemeral server may need more than 20 s on two busy cores, and its
     # per-task INFO lines would bury the stage lines below
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -114,7 +130,7 @@ def collect_command(
     check_name(name)
     try:
         params = dict(
-            prompts=Prompts(source=str(prompts), n=n),
+            prompts=Prompts(source=WORLD if prompts == WORLD else str(prompts), n=n),
             policy=Policy(**policy_fields, candidates=candidates, max_new_tokens=max_new_tokens,
                           temperature=temperature, seed=seed),
             judge=Judge(**judge_fields),

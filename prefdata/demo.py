@@ -146,6 +146,8 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out_dir / "summary.md").write_text(render_summary(summary))
     say(render_summary(summary))
+    # the demo keeps its versions in a store of its own, beside its models and reports
+    say(f"versions: PREFDATA_STORE={out_dir / 'store'} prefdata versions   (train from them: README, Training)")
     return summary
 
 

@@ -192,3 +192,17 @@ def test_llm_spec_parses_url_and_template():
     assert judge_params("llm:my/judge@http://127.0.0.1:8000/v1:world-judge-v2") == {
         "kind": "llm", "model": "my/judge", "base_url": "http://127.0.0.1:8000/v1", "template": "world-judge-v2"}
     assert judge_params("llm:j@https://api.example.org/v1")["template"] == "pairwise-v1"
+
+
+def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, capsys, monkeypatch):
+    """README's line: `collect --prompts world --policy world --judge world`: the world's fresh prompts,
+    its shipped SFT model and its verifier, with nothing to write first."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "collect", "--prompts", "world", "--policy", "world", "--judge", "world",
+                         "--name", "arith", "--n", "8", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["prompts"], run["candidates"]) == (8, 32)  # 4 candidates each
+    assert run["judge"]["n"] == run["comparisons"] > 0 and run["judge"]["decided"] > 0  # the verifier decides
+    version = Store(str(tmp_path / ".prefdata" / "store")).get(run["version"])
+    assert version.manifest["lineage"]["components"]["judge"] == {"kind": "verifier", "verifier": "prefdata.world:verify"}
