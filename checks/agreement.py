@@ -306,6 +306,36 @@ def pairwise_cohen_kappa(votes: pl.DataFrame) -> dict[str, float | None]:
     return result
 
 
+def percent_agreement(pairable: np.ndarray) -> float:
+    """Raw agreement: of all pairs of votes given on the same pair (annotators x pairs, NaN missing),
+    the share that agree. No correction for chance, unlike alpha and kappa."""
+    agree = total = 0
+    for unit in pairable.T:
+        values = unit[~np.isnan(unit)]
+        m = len(values)
+        _, counts = np.unique(values, return_counts=True)
+        agree += int((counts * (counts - 1)).sum())
+        total += m * (m - 1)
+    return agree / total if total else math.nan
+
+
+def majority_vote_share(pairable: np.ndarray) -> tuple[float, float]:
+    """(the commonest vote value, its share of all votes) on the pairs with two votes or more."""
+    values, counts = np.unique(pairable[~np.isnan(pairable)], return_counts=True)
+    top = int(counts.argmax())
+    return float(values[top]), float(counts[top] / counts.sum())
+
+
+def prevalence_note(alpha: float, threshold: float, raw: float, top_share: float, top_vote: str) -> str:
+    """When alpha fails while annotators mostly agree: name the prevalence effect, so that a low alpha
+    on near-unanimous votes is read for what it is (agreement beyond chance, not raw agreement)."""
+    if alpha >= threshold or raw < 0.8 or top_share < 0.7:
+        return ""
+    return (f"; yet {raw:.0%} of vote pairs agree: {top_share:.0%} of votes are {top_vote!r}, so chance agreement "
+            "is high and alpha, which counts only agreement beyond chance, is low (the prevalence effect); look at "
+            "the pairs they split on, or audit against known labels (label_audit)")
+
+
 def disagreeing_pairs(votes: pl.DataFrame) -> list[Any]:
     """Sorted ids of pairs whose voters did not all give the same vote."""
     split = votes.drop_nulls("vote").group_by("pair_id").agg(pl.col("vote").n_unique().alias("k"))
@@ -342,11 +372,17 @@ def check_agreement(
     status = "fail" if alpha < threshold else "pass"
     quality = annotator_quality(votes, max_quality_gap, min_annotator_quality, min_annotator_votes)
     flagged = [q["annotator"] for q in quality if q["flagged"]]
+    raw = percent_agreement(pairable)
+    top_code, top_share = majority_vote_share(pairable)
+    numeric = votes.schema["vote"].is_numeric()
+    top_vote = f"{top_code:g}" if numeric else next(v for v, code in VOTE_CODES.items() if code == top_code)
     message = (
         f"Krippendorff's alpha ({level}) {alpha:.3f} over {pairable.shape[1]} pairs by "
         f"{len(annotators)} annotators ({'below' if status == 'fail' else 'at or above'} "
-        f"{threshold}); {len(offending)} pairs with disagreement"
+        f"{threshold}); raw agreement {raw:.0%}, commonest vote {top_vote!r} {top_share:.0%}; "
+        f"{len(offending)} pairs with disagreement"
         + (f"; low-quality annotator(s): {', '.join(flagged)}" if flagged else "")
+        + prevalence_note(alpha, threshold, raw, top_share, top_vote)
     )
     return CheckResult(
         CHECK_ID, status, metric=alpha, threshold=threshold, offending=offending, message=message,
@@ -357,6 +393,9 @@ def check_agreement(
             "fleiss_n_raters": int(modal),
             "cohen_kappa": pairwise_cohen_kappa(votes),
             "majority_agreement": majority_agreement(votes),
+            "percent_agreement": raw,
+            "majority_vote": top_vote,
+            "majority_vote_share": top_share,
             "annotators": quality,
             "n_pairs": int(pairable.shape[1]),
             "n_annotators": len(annotators),

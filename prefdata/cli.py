@@ -245,16 +245,24 @@ CheckOpts = {
 
 def _print_results(results, passed: bool) -> None:
     """One line per check: readable in a terminal and in a CI log alike (full text in the reports)."""
+    import textwrap
+
+    from rich.markup import escape
+
     colour = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
     console = _console()
     for r in results:
         metric = "-" if r.metric is None else f"{r.metric:.4g}"
         threshold = "-" if r.threshold is None else f"{r.threshold:.4g}"
-        message = r.message if len(r.message) <= 110 else r.message[:107] + "..."
-        from rich.markup import escape
-
+        # a failing check's whole message (its fix is often at the end), wrapped under its line; others cut
+        if r.status in ("fail", "error"):
+            first, *rest = textwrap.wrap(r.message, 110) or [""]
+        else:
+            first, rest = (r.message if len(r.message) <= 110 else r.message[:107] + "..."), []
         console.print(f"[{colour[r.status]}]{r.status.upper():5}[/] {r.id:24} {metric:>8} / {threshold:<8} "
-                      f"offending {r.n_offending:<6} {escape(message)}", markup=True)
+                      f"offending {r.n_offending:<6} {escape(first)}", markup=True, soft_wrap=True)
+        for line in rest:
+            console.print(f"      {escape(line)}", markup=True, soft_wrap=True)
     console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]", markup=True)
 
 

@@ -29,3 +29,25 @@ class NoSpace(PrefdataError):
     """A disk (or quota) filled up while prefdata wrote to it; nothing half-written is left."""
 
     exit_code = 4
+
+
+# Checks whose failures name rows that `prefdata filter --drop` can remove (prefdata/filtering.py's list).
+FILTERABLE = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage", "safety",
+              "split_isolation", "label_audit")
+
+
+def ways_out(ref: str, failing: list[str]) -> str:
+    """Every way past a checklist refusal, for its message: filter the rows the failing row checks name,
+    waive a check with a reason, or bring more or other data; then publish again."""
+    name = ref.partition("@")[0]
+    rows = [c for c in failing if c in FILTERABLE]
+    others = [c for c in failing if c not in FILTERABLE]
+    steps = []
+    if rows:
+        steps.append(f"`prefdata filter {ref} --drop {','.join(rows)}` quarantines the rows they name, and the child "
+                     "version can be published")
+    example = (others or failing or ["CHECK"])[0]
+    steps.append(f"a check that does not apply can be waived with its reason in a --config file "
+                 f"(checks: {{{example}: {{waive: \"why\"}}}}), recorded in the signed report")
+    steps.append(f"or import or collect more data as a new version of {name}")
+    return "; ".join(steps)

@@ -13,13 +13,12 @@ from typing import Any
 
 import polars as pl
 
-from prefdata.errors import UnusableInput
+from prefdata.errors import FILTERABLE, UnusableInput
 from prefdata.scratch import scratch
 from prefdata.store import Store, Version, tables_for
 
 # Checks whose offenders are row ids (others list section titles or dimension names).
-ROW_CHECKS = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage",
-              "safety", "split_isolation", "label_audit")
+ROW_CHECKS = FILTERABLE
 DEFAULT_DROP = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs")
 # Checks that flag the later copies of a row and never the first. Rows may share an id (the import
 # keeps exact copies that repeat their own id), so for these an id flagged n times drops its last n

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.errors import GateFailed
+from prefdata.errors import GateFailed, ways_out
 
 REPORTS_ROOT = Path(".prefdata") / "reports"
 
@@ -102,6 +102,7 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             show(validation)
         if not validation.passed:
             store.set_status(v.ref, "rejected", report=validation.report, checked=v)
-            raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked rejected")
+            raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked "
+                             f"rejected. Ways out: {ways_out(v.ref, validation.failing)}")
         store.set_status(v.ref, "validated", report=validation.report, checked=v)
     return Publication(v.ref, "validated", validation)

@@ -302,3 +302,23 @@ def test_malformed_votes_raise():
     with pytest.raises(ValueError, match="level"):
         krippendorff_alpha([[1, 2], [1, 2]], "cardinal")
     assert math.isnan(krippendorff_alpha([[1, None], [None, 2]]))
+
+
+def test_a_low_alpha_on_near_unanimous_votes_names_the_prevalence_effect():
+    """The demo's case: almost every vote is the same answer, the annotators agree on 88% of vote
+    pairs, and alpha is still below 0 (chance agreement is nearly all of the agreement)."""
+    rows = []
+    for p in range(40):  # three annotators; 36 pairs all 'a', 4 pairs split one 'b' against two 'a'
+        for k, annotator in enumerate(("x", "y", "z")):
+            rows.append({"pair_id": f"p{p}", "annotator": annotator, "vote": "b" if p >= 36 and k == p % 3 else "a"})
+    result = check_agreement(pl.DataFrame(rows))
+    assert result.status == "fail" and result.metric < 0
+    raw = result.details["percent_agreement"]
+    assert raw == pytest.approx((36 * 6 + 4 * 2) / (40 * 6))  # agreeing ordered vote pairs / all of them
+    assert result.details["majority_vote"] == "a" and result.details["majority_vote_share"] == pytest.approx(116 / 120)
+    assert f"raw agreement {raw:.0%}, commonest vote 'a' 97%" in result.message
+    assert "the prevalence effect" in result.message and "label_audit" in result.message
+    # a real disagreement gets no such note
+    split = pl.DataFrame([{"pair_id": f"p{p}", "annotator": a, "vote": v} for p in range(20)
+                          for a, v in zip("xy", ("a", "b") if p % 2 else ("a", "a"))])
+    assert "prevalence" not in check_agreement(split).message

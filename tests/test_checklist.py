@@ -348,3 +348,34 @@ def test_background_checks_give_the_same_results_in_the_same_order():
     config["checks"]["gx"] = {"waive": "checked upstream"}
     waived = [r for r in run_checklist(CheckInputs(pairs=pairs), config, background=("gx",)) if r.id == "gx"]
     assert [r.status for r in waived] == ["skip"]
+
+
+# -- README states the defaults the code has ---------------------------------------------------------
+
+README_THRESHOLDS = [  # (README's words in the check's row of the table, check, parameter, value they state)
+    ("p >= 0.01", "prompt_distribution", "alpha", 0.01),
+    ("max/min length <= 2.0", "length_ratio", "max_ratio", 2.0),
+    ("Krippendorff's alpha >= 0.6", "agreement", "threshold", 0.6),
+    ("on >= 60% of audited pairs", "label_audit", "min_agreement", 0.6),
+    ("each >= 5% of prompts", "category_coverage", "min_share", 0.05),
+    ("> 50% of 8-grams", "answer_leakage", "max_overlap", 0.5),
+    ("> 50% of 8-grams", "answer_leakage", "ngram", 8),
+    ("prefers chosen in >= 60%", "label_direction", "min_agreement", 0.6),
+    (">= 10k train pairs", "min_size", "min_pairs", 10_000),
+    ("(50k for reasoning or safety)", "min_size", "min_pairs_hard", 50_000),
+    (">= 0.2 x the pairs", "sft_subset", "min_ratio", 0.2),
+    (">= 40 characters of text", "annotation_guidelines", "min_chars", 40),
+    ("near duplicates at Jaccard 0.8", "near_duplicates", "threshold", 0.8),
+    ("(default 1024, TRL's)", "template_fit", "max_length", 1024),
+]
+
+
+@pytest.mark.parametrize("words, check, parameter, value", README_THRESHOLDS)
+def test_readme_states_the_thresholds_the_checks_use(words, check, parameter, value):
+    from prefdata.checks.checklist import _parameters, _registry, default_config
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `") and f"`{check}`" in line.split("|")[1]]
+    assert len(rows) == 1 and words in rows[0], (check, rows)
+    effective = {**_parameters(_registry()[check][0]), **default_config()["checks"].get(check, {})}
+    assert effective[parameter] == value, (check, parameter, effective[parameter])

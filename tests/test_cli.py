@@ -164,3 +164,18 @@ def test_check_without_data_or_list_checks_is_one_line_exit_2():
     done = run("check")
     assert done.returncode == 2 and "--list-checks" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_failing_checks_whole_message_is_on_the_terminal(tmp_path):
+    """Its fix is often at the end: a long failing message is wrapped under its line, never cut."""
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"prompt": f"q{i}?", "chosen": f"yes {i}", "rejected": f"no {i}"}) + "\n"
+                           for i in range(20)))
+    card = tmp_path / "card.md"
+    card.write_text("# Card\n\n## Annotation guidelines\n\nshort\n\n## Rubric\n\nshort\n\n## Edge cases\n\nshort\n")
+    done = subprocess.run([sys.executable, "-m", "prefdata", "check", str(src), "--card", str(card)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    assert done.returncode == 1
+    text = " ".join(done.stdout.split())  # the message as wrapped lines, joined
+    assert "each needs a '## Title' section with at least 40 characters of text" in text
+    assert "..." not in next(line for line in done.stdout.splitlines() if "annotation_guidelines" in line)

@@ -48,3 +48,27 @@ def test_a_passing_version_is_validated_once(tmp_path):
     assert published.validation.report_dir == (tmp_path / "rep").resolve() and st.get(v.ref).status == "validated"
     again = publish_version(st, v.ref, config=config, show=lambda _: pytest.fail("nothing runs for a validated version"))
     assert again.status == "validated" and again.validation is None
+
+
+def test_a_refusal_names_every_way_out(tmp_path):
+    """Filter the rows the row checks name, waive with a reason, or bring new data: in publish's refusal
+    and again when train is pointed at the rejected version."""
+    from prefdata.publishing import publish_version
+    from prefdata.trainers.common import load_validated
+
+    from prefdata.importer import import_file, import_to_store
+
+    src = tmp_path / "long.jsonl"  # every chosen answer 10x its rejected one: length_ratio fails
+    src.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "chosen": f"{2 * i} " * 10, "rejected": f"{2 * i + 1} "})
+                           + "\n" for i in range(5)))
+    st = Store(str(tmp_path / "store"))
+    v = import_to_store(import_file(src), "tiny", st)
+    with pytest.raises(GateFailed) as refused:
+        publish_version(st, v.ref, report_dir=tmp_path / "rep")
+    message = str(refused.value)
+    assert f"`prefdata filter {v.ref} --drop length_ratio`" in message
+    assert "waived with its reason in a --config file (checks: {category_coverage: {waive:" in message
+    assert "new version of tiny" in message
+    with pytest.raises(GateFailed) as trained:
+        load_validated(v.ref, st.url)
+    assert "is rejected: its checklist failed (" in str(trained.value) and "--drop length_ratio" in str(trained.value)

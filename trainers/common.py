@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.errors import GateFailed, UnusableInput
+from prefdata.errors import GateFailed, UnusableInput, ways_out
 
 DEFAULT_SFT_RATIO = 0.2  # seed pitfall 6: "1 preference pair : 0.2 SFT"
 
@@ -101,13 +101,23 @@ def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, 
     st = Store(store)
     v = st.get(ref)
     if v.status != "validated":
-        raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
+        raise GateFailed(_not_validated(v))
     # Read from a private copy whose bytes were checked against the signed manifest as they were
     # copied (Store.pinned): no window between the check and the read for a writer of the store.
     with st.pinned(v.ref) as (copy, v):
         if v.status != "validated":
-            raise GateFailed(f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes")
+            raise GateFailed(_not_validated(v))
         return _training_data(copy, v, eval_share, seed)
+
+
+def _not_validated(v) -> str:
+    """Why a version cannot train, and what to do: publish a draft; for a rejected one, every way out."""
+    if v.status != "rejected":
+        return f"{v.ref} is {v.status}, not validated: run `prefdata publish {v.ref}` and train once the gate passes"
+    report = v.manifest.get("check_report") or {}
+    failing = [c["id"] for c in report.get("checks") or () if c.get("status") in ("fail", "error")]
+    return (f"{v.ref} is rejected: its checklist failed ({', '.join(failing) or 'see `prefdata show`'}). "
+            f"Ways out: {ways_out(v.ref, failing)}")
 
 
 def _training_data(st, v, eval_share: float, seed: int) -> TrainingData:
