@@ -4,6 +4,7 @@ so `prefdata --help` stays fast and never loads torch, TRL or Great Expectations
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -573,9 +574,11 @@ def world_judge(
     return 0
 
 
-from prefdata.flows.cli import serve as _serve  # noqa: E402 - typer only; Prefect loads inside the command
+from prefdata.flows.cli import run as _run  # noqa: E402 - typer only; Prefect loads inside the command
+from prefdata.flows.cli import serve as _serve  # noqa: E402
 
 app.command("serve")(_serve)
+app.command("run")(_run)
 
 from prefdata.collect_cli import collect_command as _collect  # noqa: E402 - typer only; the flow loads inside
 
@@ -603,6 +606,12 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     command = next((a for a in args if not a.startswith("-")), None)
+    if command in _FLOW_COMMANDS | {"run"} and "PREFECT_HOME" not in os.environ:
+        # One Prefect home for every command that runs flows (the Makefile's too): `prefdata serve` in one
+        # shell and `prefdata run` in another meet in the same database. Set before Prefect is imported.
+        home = os.path.abspath(os.path.join(".prefdata", "prefect"))
+        os.makedirs(home, exist_ok=True)  # Prefect makes only the last folder
+        os.environ["PREFECT_HOME"] = home
     if command not in _FLOW_COMMANDS and threading_main():
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
