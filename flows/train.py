@@ -6,6 +6,8 @@ checkpoints, not from a Prefect cache). Only validated versions train; the gate 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
 
 from prefdata.flows.gate import artifact_key
@@ -29,7 +31,7 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
 
 @flow(name="train", description="Train a model with a trainer plugin on a validated dataset version.")
 def train(dataset: str, training: Training = Training(), store: str | None = None) -> dict:
-    from prefect.artifacts import create_markdown_artifact
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from prefdata.errors import GateFailed
     from prefdata.store import Store
@@ -42,10 +44,17 @@ def train(dataset: str, training: Training = Training(), store: str | None = Non
     if problems:
         raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`")
     result = train_model(v.ref, training, store)
-    metrics = "\n".join(f"| {k} | {val} |" for k, val in result["metrics"].items())
+    figures = {k: val for k, val in result["metrics"].items() if k != "log"}
+    metrics = "\n".join(f"| {k} | {val} |" for k, val in figures.items())
+    curves = Path(result["model_dir"]) / "curves.png"
     create_markdown_artifact(
         key=artifact_key(f"train-{v.name}"),
-        markdown=f"# {training.method} on {v.ref}\n\nModel: `{result['model_dir']}`  \nCard: `{result['card']}`\n\n"
-                 f"| metric | value |\n|---|---|\n{metrics}\n",
+        markdown=f"# {training.method} on {v.ref}\n\nModel: `{result['model_dir']}`  \nCard: `{result['card']}`  \n"
+                 + (f"Curves: `{curves}` (on the card); `tensorboard --logdir {result['model_dir']}`\n\n" if curves.is_file() else "\n")
+                 + f"| metric | value |\n|---|---|\n{metrics}\n",
         description=f"{training.method} on {v.ref}")
+    steps = [{k: val for k, val in row.items() if isinstance(val, (int, float, str))} for row in result["metrics"].get("log") or []]
+    if steps:  # each logged step's figures: the curves, as a table the Prefect UI shows
+        create_table_artifact(key=artifact_key(f"train-{v.name}-steps"), table=steps,
+                              description=f"{training.method} on {v.ref}: each logged step")
     return {"dataset": v.ref, **result}

@@ -208,6 +208,17 @@ def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api
     out = train(result["version"], Training(method="dpo", base_model="world", output_dir=str(tmp_path / "model"),
                                             config={"max_steps": 2}), store)
     assert Path(out["model_dir"]).is_dir() and Path(out["card"]).is_file() and out["metrics"]
+    # the run's curves in the Prefect UI: its steps as a table artifact, the image named in the summary
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    name = result["version"].split("@")[0]
+    with get_client(sync_client=True) as client:
+        steps = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"train-{name}-steps"])))
+        summary = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"train-{name}"])))
+    rows = json.loads(steps[0].data) if isinstance(steps[0].data, str) else steps[0].data
+    assert len(rows) == 2 and all("loss" in row for row in rows)
+    assert "curves.png" in summary[0].data and "tensorboard --logdir" in summary[0].data
 
 
 # -- resume after a crash, and the judge's concurrency limit ------------------------------------

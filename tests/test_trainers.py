@@ -136,6 +136,7 @@ def test_a_base_model_that_is_not_a_model_is_one_line_exit_2(dataset, tmp_path):
 # -- each method, a few real steps ----------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("error::FutureWarning")  # a default run warns about nothing the user can change
 def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_path):
     from prefdata.trainers import train
 
@@ -165,6 +166,24 @@ def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_
     assert set(record["waivers"]) == waived and len(waived) == 3
     assert "## Waivers" in card and all(f"- `{check}`: item " in card for check in waived)
     assert "check(s) waived" in (result.model_dir / "train.log").read_text()
+    # training you can watch: TensorBoard events under the run folder, and the curves on the card
+    log_text = (result.model_dir / "train.log").read_text()
+    assert f"tensorboard --logdir {tmp_path / 'dpo'}" in log_text
+    scalars = _tensorboard_scalars(tmp_path / "dpo")
+    assert {"train/loss", "train/rewards/margins"} <= scalars, scalars
+    assert (result.model_dir / "curves.png").stat().st_size > 10_000 and "![training curves](curves.png)" in card
+
+
+def _tensorboard_scalars(folder: Path) -> set[str]:
+    """Every scalar tag of the TensorBoard event files under `folder`, read with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events in folder.rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["scalars"])
+    return tags
 
 
 def test_allowed_waivers_refuses_a_version_validated_with_others_before_any_model(dataset, tmp_path):
@@ -630,6 +649,9 @@ def test_ppo_trains_from_a_validated_version(dataset, world, tmp_path):
     steps = [line for line in (result.model_dir / "train.log").read_text().splitlines() if line.startswith("step ")]
     assert len(steps) == 2 and all("reward_mean" in line for line in steps)
     assert result.metrics["reward_as"] == "callable" and set(result.metrics["mean_response_length"]) == {"before", "after"}
+    # PPO's own loop writes TensorBoard events too (TRL's trainers do it for the other methods)
+    assert {"train/reward_mean", "train/kl", "train/policy_loss"} <= _tensorboard_scalars(tmp_path / "ppo")
+    assert (result.model_dir / "curves.png").is_file()
     with pytest.raises(UnusableInput, match="use_lora must stay true"):
         train("ppo", dataset["ref"], {**config, "use_lora": False}, store=dataset["store"], base_model=world.sft,
               output_dir=tmp_path / "ppo2")

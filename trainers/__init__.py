@@ -16,6 +16,8 @@ Targets load lazily: listing the methods imports neither torch nor TRL.
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -76,9 +78,10 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
 
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
+    from prefdata.trainers.curves import draw_curves, reports_to, tensorboard_dir
     from prefdata.trainers.common import (
-        RunLog, TrainResult, check_base_model, check_template, check_waivers, is_main_process, load_config_file, load_validated,
-        parse_config, read_sft_file, write_card,
+        CURVES_FILE, RunLog, TrainResult, check_base_model, check_template, check_waivers, is_main_process, load_config_file,
+        load_validated, parse_config, read_sft_file, write_card,
     )
 
     # The data first, before the method, the config or the model load: a version that is not
@@ -100,11 +103,19 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
     check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
+    if reports_to(getattr(cfg, "report_to", None), "tensorboard"):
+        run_log(f"curves while it runs: tensorboard --logdir {tensorboard_dir(output_dir)}")
     if waivers:
         run_log(f"{data.ref} passed its checklist with {len(waivers)} check(s) waived: "
                 + "; ".join(f"{check} ({reason})" for check, reason in waivers.items()))
-    model_dir, metrics = plugin.run(cfg, data, output_dir, run_log)
+    with warnings.catch_warnings():
+        # PEFT reads transformers 5's deprecated `is_gradient_checkpointing` whenever it wraps a model: a
+        # FutureWarning about the seam between two libraries on every run, nothing a user can act on
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        model_dir, metrics = plugin.run(cfg, data, output_dir, run_log)
     card = model_dir / "README.md"
     if is_main_process():  # under `accelerate launch`, rank 0 writes the card once
+        draw_curves(metrics.get("log") or [], metrics.get("before") or {}, metrics.get("after") or {},
+                    Path(model_dir) / CURVES_FILE, title=f"{method} from {data.ref}")
         card = write_card(model_dir, method, data, cfg.base_model, cfg, metrics)
     return TrainResult(method, data.ref, model_dir, card, metrics)

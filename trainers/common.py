@@ -45,12 +45,12 @@ class MixConfig:
 @dataclass
 class RunDefaults:
     """Defaults every TRL-based method config shares, listed first among its bases so these win over
-    TRL's: log each step (the guards read each log), prefdata saves the model itself, no trackers, and
-    device_defaults for bf16 / checkpointing / use_cpu."""
+    TRL's: log each step (the guards read each log), prefdata saves the model itself, TensorBoard as
+    the tracker, and device_defaults for bf16 / checkpointing / use_cpu."""
 
     logging_steps: float = field(default=1, metadata={"help": "Log every N steps (the guards read each log)."})
     save_strategy: str = field(default="no", metadata={"help": "The final model is saved by prefdata."})
-    report_to: Any = field(default="none", metadata={"help": "Trackers (wandb, tensorboard...)."})
+    report_to: Any = field(default="tensorboard", metadata={"help": "Trackers: tensorboard (the default: OUTPUT_DIR/runs, `tensorboard --logdir` it while the run goes), wandb (pip install 'prefdata[wandb]'; WANDB_MODE=offline needs no account), a list of them, or none."})
     bf16: bool | None = field(default=None, metadata={"help": "None: bf16 on a GPU that supports it, off on CPU."})
     # TRL 1.16 turns checkpointing on even on CPU; transformers 5 names it activation_checkpointing.
     activation_checkpointing: bool | None = field(default=False, metadata={"help": "Recompute activations to save memory (slower)."})
@@ -681,6 +681,9 @@ def save_merged(model, tokenizer, output_dir: Path) -> Path:
     return output_dir
 
 
+CURVES_FILE = "curves.png"  # beside the model card, which shows it
+
+
 def write_card(output_dir: Path, method: str, data: TrainingData, base_model: str, config: Any,
                metrics: dict[str, Any]) -> Path:
     """README.md with a YAML header naming the base model and the exact dataset version and hash."""
@@ -704,6 +707,8 @@ def write_card(output_dir: Path, method: str, data: TrainingData, base_model: st
         *(["## Warnings", "", *[f"- {w}" for w in metrics.get("warnings", [])], ""] if metrics.get("warnings") else []),
         "```json", json.dumps(metrics, indent=2, default=str), "```", "",
     ]
+    if (output_dir / CURVES_FILE).is_file():  # drawn by trainers.train before the card
+        body += ["## Training curves", "", f"![training curves]({CURVES_FILE})", ""]
     card = output_dir / "README.md"
     card.write_text("\n".join(body), encoding="utf-8")
     (output_dir / "prefdata_train.json").write_text(json.dumps(header["prefdata"], indent=2, default=str) + "\n")

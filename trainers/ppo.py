@@ -29,7 +29,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from prefdata.reward_scoring import RewardModelScorer, reward_text
 from prefdata.trainers.guards import GuardTripped
@@ -588,6 +588,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
     here: the ptx weight is `ptx_coef`."""
 
     rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:module:function' or 'rm:PATH'."})
+    report_to: Any = field(default="tensorboard", metadata={"help": "tensorboard (the default: each step's figures under OUTPUT_DIR/runs) or none."})
     output_dir: str | None = field(default=None, metadata={"help": "Where the model goes (set by `prefdata train`)."})
     min_rm_accuracy: float | None = field(default=DEFAULT_MIN_RM_ACCURACY, metadata={"help": MIN_RM_ACCURACY_HELP})
 
@@ -602,6 +603,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from prefdata.errors import UnusableInput
     from prefdata.trainers.common import Timer, before_after, check_reward_models, evaluate_model, rule_reward, sft_pool
+    from prefdata.trainers.curves import reports_to, tensorboard_callback
     from prefdata.trainers.guards import defaults, step_guard
 
     timer = Timer()
@@ -620,6 +622,8 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     if not cfg.guards:
         cfg.max_kl = None
     callbacks = [step_guard(defaults("ppo", cfg.rewards))] if cfg.guards else []
+    if reports_to(cfg.report_to, "tensorboard"):  # TRL's trainers write their own; this loop is ours
+        callbacks.append(tensorboard_callback(output_dir))
     # Each step's line goes to the run's train.log (the console only with --verbose): log.step when given.
     result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks,
                      log=getattr(log, "step", log))
@@ -637,7 +641,9 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
         "sft_mix": {"sources": cfg.sft_sources, "ratio": cfg.sft_ratio if pool else 0.0, "pool": len(pool)},
         "log": history,
     }
-    warnings = [w for cb in callbacks for w in cb.warnings]
+    for cb in callbacks:
+        getattr(cb, "close", lambda: None)()
+    warnings = [w for cb in callbacks for w in getattr(cb, "warnings", ())]
     if warnings:  # advisories: the run went on; the card says what was seen
         metrics["warnings"] = warnings
         for warning in warnings:
