@@ -1,5 +1,6 @@
-"""Start argilla-server with prefdata's SQL search engine. Run by `prefdata.argilla.server` with the
-server's own virtual environment's python (argilla-server cannot share prefdata's environment), as
+"""Start argilla-server with prefdata's SQL search engine and the record routes that let annotators
+use the Argilla SDK (annotator_routes.py). Run by `prefdata.argilla.server` with the server's own
+virtual environment's python (argilla-server cannot share prefdata's environment), as
 
     python launch.py HOST PORT
 
@@ -7,7 +8,8 @@ with the ARGILLA_* variables already set (home path, database, search engine nam
 by prefdata itself.
 
 `python -m argilla_server start` cannot load a search-engine plugin, so this script registers the
-engine first and then serves the server's own FastAPI app with uvicorn.
+engine first, then puts annotator_routes.py's routes in place of the server's own, and serves the
+server's FastAPI app with uvicorn.
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ def _use_fake_redis() -> None:
     redis.from_url = lambda *args, **kwargs: fakeredis.FakeRedis(server=server)
 
 
-ENGINE_WRITTEN_FOR = "2.8.0"  # sql_search.py follows this server's search-engine interface exactly
+def _load(filename: str):
+    """A module of this folder, by its path (the folder is off the import path, above)."""
+    spec = importlib.util.spec_from_file_location(f"prefdata_{Path(filename).stem}", HERE / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ENGINE_WRITTEN_FOR = "2.8.0"  # sql_search.py and annotator_routes.py follow this server exactly
 
 
 def main(host: str, port: int) -> None:
@@ -50,16 +60,16 @@ def main(host: str, port: int) -> None:
     _use_fake_redis()
     # the server reads its settings once, at its first import: name the engine before loading it
     os.environ["ARGILLA_SEARCH_ENGINE"] = "prefdata-sql"
-    spec = importlib.util.spec_from_file_location("prefdata_sql_search", HERE / "sql_search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the engine
+    module = _load("sql_search.py")  # registers the engine
     if module.ENGINE_NAME != os.environ["ARGILLA_SEARCH_ENGINE"]:  # the server would fall back to another engine
         raise RuntimeError(f"sql_search.py registers the engine {module.ENGINE_NAME!r}, but the server is told to use "
                            f"{os.environ['ARGILLA_SEARCH_ENGINE']!r}")
 
     import uvicorn
     from argilla_server._app import app
+    from argilla_server.api.routes import api_v1
 
+    _load("annotator_routes.py").install(api_v1)  # the SDK's record calls, for annotators too
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
