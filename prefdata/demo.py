@@ -252,8 +252,11 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
     """The collect flow from `policy` with the world's LLM judge behind `transformers serve`; returns
     its result and who answered the human queue."""
     from prefdata.flows.collect import collect
+    from prefdata.flows.collect import STAGES
     from prefdata.flows.params import Engine, Judge, Policy, Routing
+    from prefdata.flows.progress import followed
     from prefdata.local_serve import TransformersServe
+    from prefdata.progress import display
     from prefdata.world.judge import JUDGE_TEMPLATE_NAME
 
     prompts = _round_prompts(number, config.prompts, where)
@@ -264,11 +267,14 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
         with TransformersServe(where / "judge-serve.log") as server, _humans(config, where, say) as (humans, via):
             judge = Judge(kind="llm", base_url=server.base_url, model=str(world.judge.resolve()),
                           template=JUDGE_TEMPLATE_NAME, requests_in_flight=config.judge_concurrency, timeout_s=120)
-            collected = collect(name=config.name, prompts=prompts,
-                                policy=Policy(model=policy, candidates=config.candidates, max_new_tokens=6),
-                                judge=judge, routing=Routing(audit_share=config.audit_share), humans=humans,
-                                engine=Engine(cache_dir=str(out_dir / "cache")),
-                                guidelines=config.guidelines, store=str(out_dir / "store"), parent=parent)
+            # the stage runs about a minute: its chunks' progress on stderr, as `prefdata collect` shows it
+            shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
+            with followed(shown, display(shown)):
+                collected = collect(name=config.name, prompts=prompts,
+                                    policy=Policy(model=policy, candidates=config.candidates, max_new_tokens=6),
+                                    judge=judge, routing=Routing(audit_share=config.audit_share), humans=humans,
+                                    engine=Engine(cache_dir=str(out_dir / "cache")),
+                                    guidelines=config.guidelines, store=str(out_dir / "store"), parent=parent)
         say(f"      {collected['comparisons']} comparisons, judge decided {collected['judge']['decided']}, "
             f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")
     return collected, via

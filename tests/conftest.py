@@ -11,6 +11,13 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PREFDATA_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+_CONFIG: list = []  # pytest's config, for the fixtures that must print past output capture
+
+
+def pytest_configure(config) -> None:
+    _CONFIG[:] = [config]
+
+
 SHARED_DATA_ABSENT = "real data folder {} is absent (set PREFDATA_SHARED_DATA to its path)"
 
 
@@ -118,7 +125,9 @@ def local_argilla(workdir: Path):
 
     server = LocalArgilla(workdir, venv=REPO / ".prefdata" / "argilla" / "venv")
     try:
-        server.ensure_venv(log=print)
+        # on the terminal, not in the captured output: the first run builds it for a minute or more
+        with _CONFIG[0].pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+            server.ensure_venv(log=lambda message: print(f"\n{message}", flush=True))
     except PrefdataError as exc:
         if os.environ.get("CI"):
             pytest.fail(f"CI must build argilla-server: {exc}")
