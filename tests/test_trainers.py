@@ -788,3 +788,20 @@ def test_ppo_old_field_names_are_refused_with_the_new_name(old, new):
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
     assert getattr(parse_config(PPOTrainConfig, {new: 8, "mini_batch_size": 4 if new != "learning_rate" else 16,
                                                  "rewards": ["rule:prefdata.world:verify"]}), new) == 8
+
+
+def test_weights_and_biases_offline_records_the_run(dataset, world, tmp_path, monkeypatch):
+    """report_to: wandb with the optional extra installed (the dev extra installs it): offline, no
+    account, the run's figures in a local W&B run folder that `wandb sync` would upload."""
+    pytest.importorskip("wandb", reason="the wandb extra is not installed: pip install 'prefdata[wandb]'")
+    from prefdata.trainers import train
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    result = train("dpo", dataset["ref"], base_config(dataset, world, report_to=["wandb"]), store=dataset["store"],
+                   base_model=world.sft, output_dir=tmp_path / "dpo")
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0, list(tmp_path.rglob("*"))[:20]
+    assert not _tensorboard_scalars(tmp_path / "dpo")  # only the tracker asked for
+    assert result.metrics["log"]
