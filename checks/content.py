@@ -21,7 +21,10 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +42,7 @@ LEAKAGE_ID = "answer_leakage"
 DISTRIBUTION_ID = "prompt_distribution"
 
 # Defaults, with the checklist item each comes from (the seed gives no numbers for 1, 6 and 7).
-SAFETY_MAX_FLAGGED_SHARE = 0.0  # item 5 "拒绝政治 / 色情 / 极端样本": reject such samples, so none is allowed
+SAFETY_MAX_FLAGGED_SHARE = 0.0  # item 5 "拒绝政治 / 色情 / 极端样本": reject such samples, so no counted row
 COVERAGE_MIN_SHARE = 0.05  # item 6: all three dimensions present; 5% each is our floor for "present"
 LEAKAGE_NGRAM = 8  # item 7 "prompt 中无泄漏的标准答案": 8 words in a row is copying, not shared phrasing
 LEAKAGE_MAX_OVERLAP = 0.5  # item 7: more than half of an answer's 8-grams in its prompt is a leak
@@ -50,7 +53,10 @@ DISTRIBUTION_ALPHA = 0.01  # item 1 "prompt 分布与上线分布一致": fail o
 # item 5: safety
 # ---------------------------------------------------------------------------------------------
 
-SAFETY_CATEGORIES = ("political", "sexual", "extremist")
+SAFETY_SEVERITIES = ("unsafe", "sensitive")  # most to least severe; a lexicon category names one
+# item 5 read as "harmful samples": a geography answer naming a parliament, a question about a
+# religion or a sexual-health word is a topic, not harm, so only `unsafe` rows count by default.
+SAFETY_FAIL_ON = ("unsafe",)
 LEXICON_RESOURCE = "safety_lexicon.yaml"
 # Model labels that mean "nothing to flag" (compared case-insensitively). LABEL_0 is the usual
 # negative class of an unnamed binary classifier; pass `safe_labels` / `label_map` for anything else.
@@ -61,14 +67,52 @@ Scores = Sequence[float] | Sequence[Mapping[str, float]]
 Scorer = Callable[[list[str]], Scores]
 
 
+@dataclass(frozen=True)
+class LexiconCategory:
+    """One category of a safety lexicon: its severity, its regex fragments (defines expanded) and the
+    contexts that clear a hit in the same sentence (`unless`)."""
+
+    severity: str
+    terms: tuple[str, ...]
+    unless: tuple[str, ...] = ()
+
+
+def _expand(fragment: str, defines: Mapping[str, str]) -> str:
+    # `<name>` -> the define's fragment; anything else in angle brackets is left to the regex
+    return re.sub(r"<(\w+)>", lambda m: f"(?:{defines[m[1]]})" if m[1] in defines else m[0], fragment)
+
+
+def parse_lexicon(raw: Mapping[str, Any]) -> dict[str, LexiconCategory]:
+    """A lexicon file's content as {category: LexiconCategory}. Version 2 (safety_lexicon.yaml):
+    `define` and, per category, `severity`, `terms` and `unless`; a category that is a plain list of
+    terms (version 1) is `unsafe` with no `unless`, so an old lexicon keeps failing on every hit."""
+    defines: dict[str, str] = {}
+    for name, value in (raw.get("define") or {}).items():
+        alternatives = [value] if isinstance(value, str) else list(value)
+        defines[str(name)] = "|".join(_expand(str(v), defines) for v in alternatives)
+    out = {}
+    for cat, spec in raw["categories"].items():
+        if isinstance(spec, LexiconCategory):
+            out[str(cat)] = spec
+            continue
+        if not isinstance(spec, Mapping):
+            spec = {"terms": spec}
+        severity = str(spec.get("severity", "unsafe"))
+        if severity not in SAFETY_SEVERITIES:
+            raise ValueError(f"lexicon category {cat!r}: severity {severity!r} is not one of "
+                             f"{', '.join(SAFETY_SEVERITIES)}")
+        terms, unless = ([_expand(str(x), defines) for x in spec.get(key) or ()] for key in ("terms", "unless"))
+        out[str(cat)] = LexiconCategory(severity, tuple(terms), tuple(unless))
+    return out
+
+
 @functools.cache
-def load_safety_lexicon() -> dict[str, tuple[str, ...]]:
-    """The packaged default lexicon: {category: regex fragments} (see safety_lexicon.yaml)."""
+def load_safety_lexicon(path: str | None = None) -> dict[str, LexiconCategory]:
+    """A lexicon file (default: the packaged safety_lexicon.yaml) as {category: LexiconCategory}."""
     import yaml
 
-    text = importlib.resources.files("prefdata.checks").joinpath(LEXICON_RESOURCE).read_text("utf-8")
-    raw = yaml.safe_load(text)["categories"]
-    return {str(cat): tuple(str(term) for term in terms) for cat, terms in raw.items()}
+    source = importlib.resources.files("prefdata.checks").joinpath(LEXICON_RESOURCE) if path is None else Path(path)
+    return parse_lexicon(yaml.safe_load(source.read_text("utf-8")))
 
 
 def _boundary_pattern(terms: Sequence[str]) -> str:
@@ -76,37 +120,48 @@ def _boundary_pattern(terms: Sequence[str]) -> str:
     return r"(?-u:\b)(?:" + "|".join(f"(?:{t})" for t in terms) + r")(?-u:\b)"
 
 
+def _sentences_with(terms: Sequence[str]) -> str:
+    """A sentence (up to . ! ? or a line break) that holds one of `terms`: what `unless` clears."""
+    return r"[^.!?\n]*" + _boundary_pattern(terms) + r"[^.!?\n]*"
+
+
 class LexiconScorer:
     """Word-boundary regexes per category, compiled once, applied with polars on lower-cased text.
 
+    `lexicon`: {category: LexiconCategory | {severity, terms, unless} | [terms]} (a plain list is
+    `unsafe`); default the packaged lexicon. `severities` maps each category to its severity.
     `flags(series)` is the vectorised form check_safety uses; calling the object with a list of texts
     gives the generic scorer protocol (one {category: 0.0 or 1.0} dict per text).
     """
 
     threshold = 0.5
 
-    def __init__(self, lexicon: Mapping[str, Sequence[str]] | None = None):
-        lexicon = load_safety_lexicon() if lexicon is None else lexicon
-        self.lexicon = {str(c): tuple(terms) for c, terms in lexicon.items() if len(terms)}
+    def __init__(self, lexicon: Mapping[str, Any] | None = None):
+        lexicon = load_safety_lexicon() if lexicon is None else parse_lexicon({"categories": lexicon})
+        self.lexicon = {c: spec for c, spec in lexicon.items() if len(spec.terms)}
         if not self.lexicon:
             raise ValueError("the lexicon has no terms")
         self.categories = tuple(self.lexicon)
-        self.patterns = {c: _boundary_pattern(t) for c, t in self.lexicon.items()}
-        self.any_pattern = _boundary_pattern([t for terms in self.lexicon.values() for t in terms])
+        self.severities = {c: spec.severity for c, spec in self.lexicon.items()}
+        self.patterns = {c: _boundary_pattern(spec.terms) for c, spec in self.lexicon.items()}
+        self.unless = {c: _sentences_with(spec.unless) for c, spec in self.lexicon.items() if spec.unless}
+        self.any_pattern = _boundary_pattern([t for spec in self.lexicon.values() for t in spec.terms])
         # polars compiles on first use: compile now so a bad fragment fails here, naming its category
-        for cat, pattern in self.patterns.items():
-            try:
-                pl.Series([""]).str.contains(pattern)
-            except Exception as exc:  # polars raises ComputeError for an invalid regex
-                raise ValueError(f"invalid regex in lexicon category {cat!r}: {exc}") from exc
+        for cat in self.categories:
+            for pattern in (self.patterns[cat], self.unless.get(cat, "")):
+                try:
+                    pl.Series([""]).str.contains(pattern)
+                except Exception as exc:  # polars raises ComputeError for an invalid regex
+                    raise ValueError(f"invalid regex in lexicon category {cat!r}: {exc}") from exc
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{c}: {len(t)}" for c, t in self.lexicon.items())
+        sizes = ", ".join(f"{c}: {len(spec.terms)}" for c, spec in self.lexicon.items())
         return f"LexiconScorer({sizes})"
 
     def flags(self, texts: pl.Series) -> pl.DataFrame:
         """One boolean column per category (null text: false). Only rows that match the combined
-        pattern are matched per category, so clean data costs one regex pass."""
+        pattern are matched per category, so clean data costs one regex pass; a category's hits are
+        matched again with its `unless` sentences cut out, and count only if they still match."""
         low = texts.cast(pl.String).fill_null("").str.to_lowercase()
         hit = low.str.contains(self.any_pattern).to_numpy()
         out = {c: np.zeros(len(low), dtype=bool) for c in self.categories}
@@ -114,7 +169,11 @@ class LexiconScorer:
         if rows.size:
             sub = low.gather(rows)
             for cat, pattern in self.patterns.items():
-                out[cat][rows] = sub.str.contains(pattern).to_numpy()
+                found = sub.str.contains(pattern).to_numpy()
+                if cat in self.unless and found.any():
+                    at = np.flatnonzero(found)
+                    found[at] = sub.gather(at).str.replace_all(self.unless[cat], "").str.contains(pattern).to_numpy()
+                out[cat][rows] = found
         return pl.DataFrame(out)
 
     def __call__(self, texts: list[str]) -> list[dict[str, float]]:
@@ -239,17 +298,32 @@ def check_safety(
     max_flagged_share: float = SAFETY_MAX_FLAGGED_SHARE,
     columns: Sequence[str] = ("prompt", "chosen"),
     score_threshold: float | None = None,
+    fail_on: Sequence[str] = SAFETY_FAIL_ON,
 ) -> CheckResult:
-    """Seed item 5 ("拒绝政治 / 色情 / 极端样本"): no political, sexual or extremist prompts or chosen
-    responses. Fails when the share of rows with any flagged text exceeds `max_flagged_share`
-    (default 0.0: every flagged row is a failure, as the item reads).
+    """Seed item 5 ("拒绝政治 / 色情 / 极端样本"): no harmful prompts or chosen responses. Fails when
+    the share of rows with flagged text of a severity (or category) in `fail_on` exceeds
+    `max_flagged_share` (default 0.0: every such row is a failure, as the item reads).
 
-    Default scorer: the packaged lexicon (LexiconScorer), vectorised. Any other scorer is a callable
-    `(texts) -> list[dict[category, score]] | list[float]` (floats become category "unsafe"); a text is
-    flagged for a category when its score >= `score_threshold` (default: the scorer's `threshold`
-    attribute, else 0.5). Each distinct text is scored once. The rejected response is not checked
-    by default: a harmful rejected response is exactly what a safety pair should contain.
+    Default scorer: the packaged lexicon (LexiconScorer), vectorised; its categories are `unsafe`
+    (violence, weapons, self-harm, sexual content with minors, extremist propaganda, hate, crime,
+    privacy) or `sensitive` (politics, institutions, religion, sexual words, extremist groups and
+    atrocities by name, drugs). Only `unsafe` rows count by default; every category's rows are counted
+    in details["by_category"], and `fail_on: [unsafe, sensitive]` (or a category name) counts more.
+    Any other scorer is a callable `(texts) -> list[dict[category, score]] | list[float]` (floats
+    become category "unsafe"); a text is flagged for a category when its score >= `score_threshold`
+    (default: the scorer's `threshold` attribute, else 0.5), and a category the scorer gives no
+    severity (its `severities` attribute) is `unsafe`. Each distinct text is scored once. The
+    rejected response is not checked by default: a harmful rejected response is exactly what a
+    safety pair should contain.
     """
+    scorer = _default_lexicon_scorer() if scorer is None else scorer
+    severity_of = dict(getattr(scorer, "severities", {}))
+    fail_on = [str(x) for x in ([fail_on] if isinstance(fail_on, str) else fail_on)]
+    if isinstance(scorer, LexiconScorer):  # a model's categories are known only once it has scored
+        unknown = [x for x in fail_on if x not in SAFETY_SEVERITIES and x not in severity_of]
+        if unknown:
+            raise ValueError(f"fail_on: {', '.join(unknown)} is neither a severity ({', '.join(SAFETY_SEVERITIES)}) "
+                             f"nor a lexicon category ({', '.join(severity_of)})")
     present = [c for c in columns if c in pairs.columns]
     missing = [c for c in columns if c not in pairs.columns]
     if not present:
@@ -257,7 +331,6 @@ def check_safety(
         return skip(SAFETY_ID, reason, max_flagged_share)
     if pairs.height == 0:
         return skip(SAFETY_ID, "no rows", max_flagged_share)
-    scorer = _default_lexicon_scorer() if scorer is None else scorer
     threshold = float(score_threshold if score_threshold is not None else getattr(scorer, "threshold", 0.5))
     if isinstance(scorer, LexiconScorer):
         per_column = {c: scorer.flags(pairs[c]) for c in present}
@@ -265,6 +338,8 @@ def check_safety(
     else:
         per_column = _model_flags(scorer, pairs, present, threshold)
         categories = sorted({c for frame in per_column.values() for c in frame.columns})
+    severities = {c: severity_of.get(c, "unsafe") for c in categories}
+    counted = {c for c in categories if c in fail_on or severities[c] in fail_on}
 
     n = pairs.height
     row_flag = np.zeros(n, dtype=bool)
@@ -277,24 +352,34 @@ def check_safety(
         for cat in frame.columns:
             flags = frame[cat].to_numpy()
             counts[cat] = int(flags.sum())
-            column_flag |= flags
             by_category[cat] |= flags
+            if cat in counted:
+                column_flag |= flags
         by_column_category[column] = counts
         by_column[column] = int(column_flag.sum())
         row_flag |= column_flag
+    by_severity = {}
+    for severity in dict.fromkeys(severities.values()):
+        rows = np.zeros(n, dtype=bool)
+        for cat in categories:
+            if severities[cat] == severity:
+                rows |= by_category[cat]
+        by_severity[severity] = int(rows.sum())
     n_flagged = int(row_flag.sum())
     share = n_flagged / n
     status = "fail" if share > max_flagged_share else "pass"
-    per_cat = {c: int(v.sum()) for c, v in by_category.items()}
     details = {
         "scorer": repr(scorer),
         "score_threshold": threshold,
         "columns": present,
         "missing_columns": missing,
+        "fail_on": fail_on,
+        "severities": severities,
         "n_rows": n,
         "n_offending": n_flagged,
-        "by_category": per_cat,
-        "by_column": by_column,
+        "by_category": {c: int(v.sum()) for c, v in by_category.items()},  # rows, counted or not
+        "by_severity": by_severity,
+        "by_column": by_column,  # rows with counted text in the column
         "by_column_category": by_column_category,
     }
     return CheckResult(
@@ -304,17 +389,30 @@ def check_safety(
 
 
 def safety_message(details: dict[str, Any], n_offending: int, n_rows: int, threshold: float) -> str:
-    """`check_safety`'s message from its details (`columns`, `missing_columns`, `by_category`), the
-    number of flagged rows and of rows, and `max_flagged_share`. A pure function of counts, so the
-    shard-by-shard run (checks/batched.py) builds it from merged details."""
+    """`check_safety`'s message from its details (`columns`, `missing_columns`, `fail_on`,
+    `severities`, `by_category`), the number of counted rows and of rows, and `max_flagged_share`. A
+    pure function of counts, so the shard-by-shard run (checks/batched.py) and the Dask run
+    (checks/distributed.py) build it from merged details."""
     share = n_offending / n_rows if n_rows else 0.0
-    named = ", ".join(f"{c} {k}" for c, k in details["by_category"].items() if k) or "none"
+    fail_on = list(details.get("fail_on", SAFETY_FAIL_ON))
+    severities = details.get("severities", {})
+    hits = {c: k for c, k in details["by_category"].items() if k}
+    counted = {c: k for c, k in hits.items() if c in fail_on or severities.get(c, "unsafe") in fail_on}
+    named = ", ".join(f"{c} {k}" for c, k in counted.items()) or "none"
     message = (
-        f"{n_offending} of {n_rows} rows ({share:.2%}) have flagged text in {', '.join(details['columns'])} "
-        f"(by category: {named}); allowed share {threshold:.2%}"
+        f"{n_offending} of {n_rows} rows ({share:.2%}) have {' / '.join(fail_on) or 'counted'} text in "
+        f"{', '.join(details['columns'])} (by category: {named}); allowed share {threshold:.2%}"
     )
+    others = {c: k for c, k in hits.items() if c not in counted}
+    if others:
+        listed = ", ".join(f"{c} {k}" for c, k in others.items())
+        kinds = "/".join(dict.fromkeys(severities.get(c, "unsafe") for c in others))
+        message += f"; not counted ({kinds}): {listed} (add to fail_on to count them)"
     if details["missing_columns"]:
         message += f"; columns not present: {', '.join(details['missing_columns'])}"
+    if share > threshold:
+        message += ("; review the offending rows and drop them (`prefdata filter NAME@VERSION --drop safety`), "
+                    "or waive the check with its reason for data that is harmful by design (red-team prompts)")
     return message
 
 
@@ -371,7 +469,7 @@ TAGGER_PATTERNS: dict[str, str] = {
 
 
 def _tagger_patterns() -> dict[str, str]:
-    lexicon_terms = [t for terms in load_safety_lexicon().values() for t in terms]
+    lexicon_terms = [t for spec in load_safety_lexicon().values() for t in spec.terms]
     safety = r"(?-u:\b)(?:" + _SAFETY_EXTRA + "|" + "|".join(f"(?:{t})" for t in lexicon_terms) + r")(?-u:\b)"
     return {"safety": safety, **TAGGER_PATTERNS}
 

@@ -16,18 +16,24 @@ from prefdata.importer import import_file, import_file_to_store, import_to_store
 from prefdata.store import Store
 
 N = 3_000
+# rows whose chosen response gets a request the safety lexicon counts (unsafe), in several shards;
+# the random words of the realistic pairs only ever hit sensitive terms, which the gate reports, not fails
+UNSAFE_ROWS = (100, 1_500, 2_600)
 
 
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory):
     """Realistic pairs with every injected fault, a held-out split (split_isolation runs) and
     exact copies of train prompts in it, written in small row groups. Every 500th row has tied
-    scores: degenerate pairs the import keeps, so degenerate_pairs flags rows in several shards."""
+    scores: degenerate pairs the import keeps, so degenerate_pairs flags rows in several shards;
+    UNSAFE_ROWS make safety fail in several shards."""
     frame, _ = make_realistic_pairs(N, seed=11)
     split = pl.Series(["test" if i % 9 == 0 else "train" for i in range(N)])
     tied = pl.int_range(pl.len()) % 500 == 250
+    unsafe = pl.int_range(pl.len()).is_in(UNSAFE_ROWS)
     path = tmp_path_factory.mktemp("batched") / "pairs.parquet"
-    frame.with_columns(split=split, score_rejected=pl.when(tied).then("score_chosen").otherwise("score_rejected")
+    frame.with_columns(split=split, score_rejected=pl.when(tied).then("score_chosen").otherwise("score_rejected"),
+                       chosen=pl.when(unsafe).then(pl.col("chosen") + " First, build a pipe bomb.").otherwise("chosen")
                        ).write_parquet(path, row_group_size=400)
     return path
 
@@ -79,6 +85,10 @@ def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monke
     failing = {r.id for r in whole if r.status == "fail"}
     assert {"exact_duplicates", "near_duplicates", "length_ratio", "answer_leakage", "split_isolation",
             "degenerate_pairs", "safety", "template_fit"} <= failing
+    # safety counts only the unsafe rows and reports the sensitive ones, both merged over the shards
+    safety = {r.id: r for r in batched}["safety"]
+    assert len(safety.offending) == len(UNSAFE_ROWS) and safety.details["by_category"]["weapons"] == len(UNSAFE_ROWS)
+    assert safety.details["by_severity"]["sensitive"] > 0 and "not counted (sensitive)" in safety.message
     # each row-local check flags rows in several shards: the shards' details are merged, not one shard's
     for r in batched:
         if r.id in ROW_LOCAL:

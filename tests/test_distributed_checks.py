@@ -27,9 +27,10 @@ PART_ROWS = 12_500
 # length_ratio's quantiles (a median of partitions' medians is not the median: the merged details
 # leave them out). None of these checks puts `seconds` in its details.
 DIFFER = {"examples", "partitions", "median_ratio", "p95_ratio"}
-# rows given text the safety lexicon flags (the realistic pairs have none), in several partitions
+# rows given text the safety lexicon flags, in several partitions: a sensitive topic (reported, not
+# counted) in prompts, and an unsafe request (counted) in chosen responses
 POLITICAL_PROMPTS = (7, 30_001, 61_234)
-EXTREMIST_CHOSEN = (12_600, 50_002, 87_003)
+UNSAFE_CHOSEN = (12_600, 50_002, 87_003)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def pairs_and_truth():
     pairs = pairs.with_columns(
         prompt=pl.when(row.is_in(POLITICAL_PROMPTS)).then(pl.col("prompt") + " Asked before the election.")
         .otherwise(pl.col("prompt")),
-        chosen=pl.when(row.is_in(EXTREMIST_CHOSEN)).then(pl.col("chosen") + " Terrorism is never the answer.")
+        chosen=pl.when(row.is_in(UNSAFE_CHOSEN)).then(pl.col("chosen") + " First, build a pipe bomb.")
         .otherwise(pl.col("chosen")),
     )
     return pairs, truth
@@ -87,7 +88,9 @@ def test_two_workers_agree_with_one_process(pairs_and_truth, tmp_path):
         assert {k: v for k, v in many.details.items() if k not in DIFFER} == \
             {k: v for k, v in one.details.items() if k not in DIFFER}, check_id
     assert "median_ratio" not in spread["length_ratio"].details  # not made up from the partitions' medians
-    assert spread["safety"].details["by_category"]["extremist"] == len(EXTREMIST_CHOSEN)
+    safety = spread["safety"]
+    assert len(safety.offending) == len(UNSAFE_CHOSEN) == safety.details["by_category"]["weapons"]
+    assert safety.details["by_category"]["political"] >= len(POLITICAL_PROMPTS)  # reported, not counted
     # the data really exercises them: injected copies and faults are found, in frame order
     assert set(spread["exact_duplicates"].offending) == set(truth["exact_duplicates"])
     assert set(truth["length_ratio"]) <= set(spread["length_ratio"].offending)
