@@ -93,21 +93,15 @@ def require_regular_file(path: Path) -> None:
 
 
 def read_bytes(path: Path) -> bytes:
+    """The whole file, gunzipped when it is gzip (the formats read in one piece: JSON, CSV, Parquet)."""
     require_regular_file(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UnusableInput(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UnusableInput(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
-    if raw.startswith(GZIP_MAGIC):
+    with _open_data(path) as handle:
         try:
-            raw = gzip.decompress(raw)
+            return handle.read()
         except (OSError, EOFError, zlib.error) as exc:
-            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
-    return raw
+            if isinstance(handle, gzip.GzipFile):
+                raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+            raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
 
 
 def has_invalid_text(value: Any) -> bool:
