@@ -46,7 +46,7 @@ CASES = {
     # A learned reward the policy can game, with (almost) no KL penalty: on the demo world the KL runs
     # away (KLAbove) long before it could collapse.
     "grpo_rm_hack": ("grpo", "train-grpo.yaml", {"rewards": ["rm:{rm}"], "beta": 1e-4}, "KLAbove", None),
-    # KL runs away: a learning rate fifty times the default.
+    # KL runs away: a learning rate a hundred times the default.
     "grpo_kl_above": ("grpo", "train-grpo.yaml", {"learning_rate": 0.1}, "KLAbove", None),
     "ppo_kl_bound": ("ppo", "train-ppo.yaml", {"lr": 0.02}, "max_kl", None),
     # Every completion gets the same reward: no group has any spread.

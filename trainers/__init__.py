@@ -104,10 +104,10 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
     if reports_to(getattr(cfg, "report_to", None), "tensorboard"):
-        run_log(f"curves while it runs: tensorboard --logdir {tensorboard_dir(output_dir)}")
+        run_log.preface(f"curves while it runs: tensorboard --logdir {tensorboard_dir(output_dir)}")
     if waivers:
-        run_log(f"{data.ref} passed its checklist with {len(waivers)} check(s) waived: "
-                + "; ".join(f"{check} ({reason})" for check, reason in waivers.items()))
+        run_log.preface(f"{data.ref} passed its checklist with {len(waivers)} check(s) waived: "
+                        + "; ".join(f"{check} ({reason})" for check, reason in waivers.items()))
     with warnings.catch_warnings():
         # PEFT reads transformers 5's deprecated `is_gradient_checkpointing` whenever it wraps a model: a
         # FutureWarning about the seam between two libraries on every run, nothing a user can act on

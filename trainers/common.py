@@ -614,8 +614,19 @@ class RunLog:
         self.path, self.echo, self.verbose = Path(path), echo, verbose
         self._main: bool | None = None
         self._started = False
+        self._preface: list[str] = []
+
+    def preface(self, line: str) -> None:
+        """A line about the run said before it starts (its waivers, where its curves go): on the console
+        now, in the file only once the run writes its first line, so a refused run still leaves no folder."""
+        self._preface.append(str(line))
+        self.echo(line)
 
     def _write(self, line: str) -> None:
+        if self._preface:
+            lines, self._preface = self._preface, []
+            for early in lines:
+                self._write(early)
         if self._main is None:
             # Under torchrun / `accelerate launch` (both set RANK), rank 0 alone writes the file. Read from the
             # environment, not accelerate's PartialState, so logging never sets up the process group early.
