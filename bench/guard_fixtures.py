@@ -88,7 +88,11 @@ def record(name: str, args) -> dict:
         data.chosen_sft = []  # the chosen-only subset would still hold the right answers
     message, warnings, metrics = None, [], {}
     try:
-        _, metrics = plugin.run(cfg, data, Path(values["output_dir"]), print)
+        model_dir, metrics = plugin.run(cfg, data, Path(values["output_dir"]), print)
+        if method == "rm":  # its card's held-out accuracy is what grpo_rm_hack's reward-model gate reads
+            from prefdata.trainers.common import write_card
+
+            write_card(Path(model_dir), method, data, cfg.base_model, cfg, metrics)
         history = metrics["log"]
         warnings = metrics.get("warnings", [])
     except GuardTripped as exc:
