@@ -20,8 +20,8 @@ URL. On a local disk a version appears by one atomic rename of a fully written t
 on object storage the manifest is written last, and a folder without one is not a version.
 
 The manifest (status, check report, status history, dates, counts, schema and lineage, bound to
-the name, version and file hashes) is signed with HMAC-SHA256 under the store's key: `$PREFDATA_STORE_KEY`, else
-`<root>/.prefdata-key` (made 0600 on first use). A hand-edited status or report fails `verify`,
+the name, version and file hashes) is signed with HMAC-SHA256 under the store's key:
+`$PREFDATA_STORE_KEY`, else `<root>/.prefdata-key` (made 0600 on first use). A hand-edited status or report fails `verify`,
 so it never passes the gate into training. The threat model is in README.md ("Threat model").
 """
 
@@ -507,9 +507,10 @@ class Store:
         if signature.get("key_id") != key_id(key):
             return [f"status: {status!r} is signed with another key (key id {signature.get('key_id')}, this store's is "
                     f"{key_id(key)}): set ${KEY_ENV} to the key that signed it"]
-        fields = tuple(signature.get("signed") or ())
+        signed = signature.get("signed")
+        fields = tuple(signed) if isinstance(signed, list) and all(isinstance(f, str) for f in signed) else None
         if fields not in _MAC_TAGS:
-            return [f"status: the signature names fields {list(fields)}, which no prefdata signs: it was edited by hand"]
+            return [f"status: the signature names fields {signed!r}, which no prefdata signs: it was edited by hand"]
         if not hmac.compare_digest(str(signature.get("mac")), status_mac(manifest, key, fields)):
             return [f"status: the manifest ({status!r}, its check report, history, dates, counts or lineage) does not "
                     "match its signature: it was edited by hand"]
