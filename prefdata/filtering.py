@@ -31,18 +31,17 @@ def _drop_plan(results, ids: pl.Series) -> pl.DataFrame:
     """Per flagged id, for each check in checklist order (column `keep:CHECK`), how many of its first
     occurrences that check lets stay: its rows minus the times a copy check names it, 0 for any
     other check, null where the check does not name it."""
+    named = {r.id: Counter(str(i) for i in r.offending) for r in results if r.offending}
+    copies = sorted({i for check, counts in named.items() if check in COPY_CHECKS for i in counts})
+    ids = ids.cast(pl.String)
+    # how many rows carry each id a copy check names (only those: a 10M-row version has 10M ids)
+    totals = dict(ids.filter(ids.is_in(copies)).value_counts(name="n").iter_rows()) if copies else {}
     columns: dict[str, dict[str, int]] = {}
-    totals = None
-    for result in results:
-        named = Counter(str(i) for i in result.offending)
-        if not named:
-            continue
-        if totals is None:
-            totals = dict(ids.cast(pl.String).value_counts(name="n").iter_rows())
-        if result.id in COPY_CHECKS:
-            columns[result.id] = {i: totals.get(i, n) - n for i, n in named.items()}
+    for check, counts in named.items():
+        if check in COPY_CHECKS:
+            columns[check] = {i: totals.get(i, n) - n for i, n in counts.items()}
         else:
-            columns[result.id] = dict.fromkeys(named, 0)
+            columns[check] = dict.fromkeys(counts, 0)
     flagged = sorted({i for keep in columns.values() for i in keep})
     return pl.DataFrame({"id": flagged, **{f"keep:{c}": [keep.get(i) for i in flagged] for c, keep in columns.items()}},
                         schema={"id": pl.String, **{f"keep:{c}": pl.Int64 for c in columns}})
