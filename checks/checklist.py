@@ -185,13 +185,22 @@ def default_config() -> dict[str, Any]:
     return yaml.safe_load(resources.files("prefdata.checks").joinpath("checklist.yaml").read_text())
 
 
+# Configs that ship with prefdata, named instead of a path (`--config small-data`).
+PRESETS = ("small-data",)
+
+
 def load_config(path: str | Path | None = None) -> dict[str, Any]:
-    """The default checklist with a user's YAML laid over it; unknown checks or parameters are errors."""
+    """The default checklist with a user's YAML laid over it (a file, or a shipped preset's name);
+    unknown checks or parameters are errors."""
     config = default_config()
     if path is None:
         return config
     try:
-        user = yaml.safe_load(Path(path).read_text()) or {}
+        if str(path) in PRESETS and not Path(path).exists():
+            text = resources.files("prefdata.checks").joinpath(f"{path}.yaml").read_text()
+        else:
+            text = Path(path).read_text()
+        user = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UnusableInput(f"{path}: cannot read the checklist config ({exc})".replace("\n", " ")) from None
     if not isinstance(user, dict) or not isinstance(user.get("checks", {}), dict):

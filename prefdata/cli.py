@@ -235,7 +235,7 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
 
 
 CheckOpts = {
-    "config": typer.Option(help="Checklist YAML (thresholds, waivers); defaults: checks/checklist.yaml."),
+    "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke runs on a few dozen pairs); defaults: checks/checklist.yaml."),
     "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
     "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here."),
     "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, judge:MODEL@URL or verdicts:FILE."),

@@ -379,3 +379,37 @@ def test_readme_states_the_thresholds_the_checks_use(words, check, parameter, va
     assert len(rows) == 1 and words in rows[0], (check, rows)
     effective = {**_parameters(_registry()[check][0]), **default_config()["checks"].get(check, {})}
     assert effective[parameter] == value, (check, parameter, effective[parameter])
+
+
+def test_the_small_data_preset_lets_a_smoke_run_pass_on_its_size_alone(tmp_path):
+    """`--config small-data` waives only what a few dozen pairs cannot meet by their size (each waiver
+    with its reason); a real problem in the same pairs still fails."""
+    from prefdata.checks.checklist import load_config
+
+    waived = {c: p["waive"] for c, p in load_config("small-data")["checks"].items() if "waive" in (p or {})}
+    assert set(waived) == {"min_size", "category_coverage", "prompt_distribution"}
+    assert all(reason.startswith("item ") for reason in waived.values())
+    rows = [{"prompt": f"What is {i} plus {i}?", "chosen": f"{i} plus {i} is {2 * i}.",
+             "rejected": f"{i} plus {i} is {2 * i + 1}."} for i in range(40)]
+    src = tmp_path / "smoke.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    card = tmp_path / "card.md"
+    card.write_text("".join(f"## {title}\n\nAnnotators pick the reply whose arithmetic is right; nothing else counts.\n\n"
+                            for title in ("Annotation guidelines", "Rubric", "Edge cases")))
+
+    env = {**os.environ, "PREFDATA_STORE": str(tmp_path / "store")}
+
+    def prefdata(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, timeout=300,
+                              env=env)
+
+    def version() -> str:  # a version, as a smoke run checks one: its card and chosen-only SFT subset ship with it
+        done = prefdata("import", str(src), "--name", "smoke", "--card", str(card))
+        return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("version:"))
+
+    ref = version()
+    assert prefdata("check", ref).returncode == 1  # min_size and category_coverage fail on 40 pairs
+    smoke = prefdata("check", ref, "--config", "small-data")
+    assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+    src.write_text("".join(json.dumps({**r, "chosen": r["chosen"] * 8}) + "\n" for r in rows))  # length_ratio fails
+    assert prefdata("check", version(), "--config", "small-data").returncode == 1
