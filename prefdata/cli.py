@@ -612,12 +612,11 @@ def main(argv: list[str] | None = None) -> None:
         home = os.path.abspath(os.path.join(".prefdata", "prefect"))
         os.makedirs(home, exist_ok=True)  # Prefect makes only the last folder
         os.environ["PREFECT_HOME"] = home
-    if command not in _FLOW_COMMANDS and threading_main():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if command not in _FLOW_COMMANDS and threading_main() else None
     try:
         code = app(args=args, prog_name="prefdata", standalone_mode=False)
     except Terminated:
-        print("prefdata: stopped by SIGTERM (its temporary folders removed; a version is written whole or not at all)",
+        print("prefdata: stopped by SIGTERM (its temporary folders removed; the store keeps no half-written version)",
               file=sys.stderr)
         code = 143
     except (click.exceptions.Exit, typer.Exit) as exc:
@@ -643,12 +642,15 @@ def main(argv: list[str] | None = None) -> None:
         if _disk_full(exc):
             where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
             print(f"prefdata: error: no space left on the disk{where} ({exc.strerror}): free some space and run it "
-                  "again; nothing half-written was kept", file=sys.stderr)
+                  "again (the store keeps no half-written version)", file=sys.stderr)
             code = NoSpace.exit_code
         else:
             print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)",
                   file=sys.stderr)
             code = 3
+    finally:
+        if previous is not None:  # main() also runs inside other programs (the tests): theirs again
+            signal.signal(signal.SIGTERM, previous)
     sys.exit(code if isinstance(code, int) else 0)
 
 
