@@ -17,7 +17,6 @@ Targets load lazily: listing the methods imports neither torch nor TRL.
 from __future__ import annotations
 
 import warnings
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -78,11 +77,11 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
 
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
-    from prefdata.trainers.curves import draw_curves, reports_to, tensorboard_dir
     from prefdata.trainers.common import (
         CURVES_FILE, RunLog, TrainResult, check_base_model, check_template, check_waivers, is_main_process, load_config_file,
         load_validated, parse_config, read_sft_file, write_card,
     )
+    from prefdata.trainers.curves import draw_curves, reports_to, tensorboard_dir
 
     # The data first, before the method, the config or the model load: a version that is not
     # validated, or whose files or signed status fail verify, is refused at once (exit 1).
