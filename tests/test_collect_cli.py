@@ -199,10 +199,11 @@ def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, 
     its shipped SFT model and its verifier, with nothing to write first."""
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(capsys, "collect", "--prompts", "world", "--policy", "world", "--judge", "world",
-                         "--name", "arith", "--n", "8", "--json", str(tmp_path / "run.json"))
+                         "--name", "arith", "--n", "8", "--json", str(tmp_path / "run.json"),
+                         "--store", str(tmp_path / "store"))
     assert code == 0, out + err
     run = json.loads((tmp_path / "run.json").read_text())
     assert (run["prompts"], run["candidates"]) == (8, 32)  # 4 candidates each
     assert run["judge"]["n"] == run["comparisons"] > 0 and run["judge"]["decided"] > 0  # the verifier decides
-    version = Store(str(tmp_path / ".prefdata" / "store")).get(run["version"])
+    version = Store(str(tmp_path / "store")).get(run["version"])
     assert version.manifest["lineage"]["components"]["judge"] == {"kind": "verifier", "verifier": "prefdata.world:verify"}
