@@ -97,6 +97,9 @@ def test_config_errors_name_the_problem(tmp_path):
     bad.write_text("checks: [")
     with pytest.raises(UnusableInput, match="cannot read the checklist config"):
         load_config(bad)
+    bad.write_text("strict: maybe\n")  # YAML text, which bool() would take as true
+    with pytest.raises(UnusableInput, match="strict must be true or false, not 'maybe'"):
+        load_config(bad)
     good = tmp_path / "ok.yaml"
     good.write_text("strict: true\nchecks:\n  length_ratio: {max_ratio: 3}\n")
     config = load_config(good)

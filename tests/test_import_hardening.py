@@ -433,14 +433,3 @@ def test_nan_where_a_response_belongs_is_wrong_type(tmp_path):
     [entry] = result.quarantine
     assert entry["reason"] == "wrong_type:chosen" and "float nan" in entry["detail"]
 
-
-def test_strict_must_be_a_boolean(tmp_path):
-    from prefdata.checks.checklist import load_config
-    from prefdata.errors import UnusableInput
-
-    config = tmp_path / "c.yaml"
-    config.write_text("strict: maybe\n")
-    with pytest.raises(UnusableInput, match="strict must be true or false, not 'maybe'"):
-        load_config(config)
-    config.write_text("strict: false\n")
-    assert load_config(config)["strict"] is False
