@@ -43,6 +43,19 @@ def pytest_terminal_summary(terminalreporter):
             "shared/ folder beside this clone, or set PREFDATA_SHARED_DATA to its data/ folder", yellow=True)
 
 
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect test server (a temporary SQLite database) for the whole session, shared by every
+    module that runs flows: two harnesses nested (a module's inside another's session) left a judge
+    task waiting on a concurrency slot in a shuffled order. Startup gets two minutes, not Prefect's
+    30 s: on a loaded 2-core CI machine the server took longer than that to answer."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
 @pytest.fixture()
 def store_root(tmp_path, monkeypatch) -> Path:
     """A fresh, empty dataset store for one test."""

@@ -100,15 +100,6 @@ def test_collect_command_refuses_an_unknown_aggregate_in_one_line(tmp_path, caps
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "store").exists()
 
 
-@pytest.fixture(scope="module")
-def prefect_api():
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield PREFECT_API_URL.value()
-
-
 def test_the_collect_flow_labels_with_dawid_skene(prefect_api, tmp_path):
     """The real flow (the world's policy samples, its verifier judges, simulated annotators vote) with
     humans.aggregate "dawid-skene": every human label is the Dawid-Skene label of the stored votes,

@@ -18,15 +18,6 @@ def checksum(prompt, completion):
 '''
 
 
-@pytest.fixture(scope="module")
-def prefect_api():
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield PREFECT_API_URL.value()
-
-
 def cli(capsys, *args: str) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exited:
         main(list(args))

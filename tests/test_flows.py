@@ -49,16 +49,6 @@ Leading zeros do not matter: 0405 and 405 are the same number.
 
 
 @pytest.fixture(scope="session")
-def prefect_api():
-    """One Prefect test server (a temporary SQLite database) for the whole session: ~11 s to start."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield PREFECT_API_URL.value()
-
-
-@pytest.fixture(scope="session")
 def world():
     from prefdata.world import build_world
 
@@ -238,7 +228,10 @@ def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, wor
     hang = lambda body, index: Reply(delay=600) if index >= done else world_judge(body, index)  # noqa: E731
     with ScriptedServer(hang) as server:
         kw = {"prompts": {"n": 12}, "policy": POLICY.model_dump(), "humans": {"queue_dir": str(tmp_path / "q")},
-              "judge": llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=1).model_dump(),
+              # a limit of its own: the slot the kill leaks must not stall other tests' collect runs,
+              # which share this Prefect server
+              "judge": llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=1,
+                                 limit_name="killed-run").model_dump(),
               "engine": {"cache_dir": str(tmp_path / "cache")}, "store": str(tmp_path / "store")}
         env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO)}
         log = (tmp_path / "killed-run.log").open("w")  # a file, not a pipe: a full pipe would stall the run
@@ -261,7 +254,7 @@ def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, wor
     calls = sample_calls  # counts this process's sampling only: the killed run was a subprocess
     with ScriptedServer(world_judge) as server:
         # limit 2: the killed run still holds its slot until the lease expires
-        judge = llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=2)
+        judge = llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=2, limit_name="killed-run")
         resumed = run_collect(tmp_path, judge=judge, humans=Humans(queue_dir=str(tmp_path / "q")),
                               engine=Engine(cache_dir=str(tmp_path / "cache")))
         rerun_requests = len(server.requests)
