@@ -8,6 +8,10 @@ run end to end on CPU in seconds, through the same `from_pretrained` path a real
     build_tiny_llama(path, size="test")       LlamaForCausalLM + tokenizer saved to `path`
                                               ("test": ~0.3M params, "demo": ~1M params)
     build_tiny_reward_model(path)             LlamaForSequenceClassification (1 label) + tokenizer
+    build_tiny_gguf(path)                     a ~60k-parameter llama written as a GGUF file, as
+                                              llama.cpp's converter writes one (byte-level BPE with a
+                                              ChatML template; q/k rows permuted), and the same
+                                              model as a save_pretrained folder beside it
 
 The chat template is a plain "role: content" transcript, so `transformers serve` can answer
 /v1/chat/completions with these models (a tokenizer without a template cannot).
@@ -82,6 +86,89 @@ def build_tiny_reward_model(path: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _llama_cpp_permute(weights, n_head: int):
+    """The row order llama.cpp's convert_hf_to_gguf.py gives q and k projections (rotary halves
+    interleaved); transformers' GGUF loader undoes it."""
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def build_tiny_gguf(path: str | Path, seed: int = 0) -> tuple[Path, Path]:
+    """A random tiny llama as a GGUF file at `path` (float32 tensors, grouped-query attention, a
+    byte-level BPE vocabulary with two merges and ChatML's control tokens, the chat template in its
+    metadata) and the same model saved with save_pretrained in `path`.hf/ (with the tokenizer read
+    back from the file), so a test can compare what is read from the GGUF file with the weights that
+    went in. Returns (gguf file, hf folder)."""
+    import gguf
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    torch.manual_seed(seed)
+    tokens = list(bytes_to_unicode().values()) + ["he", "\u0120t", "<|im_start|>", "<|im_end|>"]
+    types = [1] * (len(tokens) - 2) + [3, 3]  # 1 normal, 3 control
+    start, end = len(tokens) - 2, len(tokens) - 1
+    config = LlamaConfig(vocab_size=len(tokens), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=512,
+                         rms_norm_eps=1e-5, bos_token_id=start, eos_token_id=end,
+                         pad_token_id=end, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    path = Path(path)
+    hf = path.with_name(path.name + ".hf")
+    model.save_pretrained(hf)
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    head_dim = config.hidden_size // config.num_attention_heads
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(["h e", "\u0120 t"])
+    writer.add_bos_token_id(start)
+    writer.add_eos_token_id(end)
+    writer.add_pad_token_id(end)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    parts = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for name, tensor in model.state_dict().items():
+        data = tensor.float().numpy()
+        if name not in names:
+            _, _, layer, *rest = name.split(".")  # model.layers.N.<part>.weight
+            part = ".".join(rest[:-1])
+            names[name] = f"blk.{layer}.{parts[part]}.weight"
+            if part == "self_attn.q_proj":
+                data = _llama_cpp_permute(data, config.num_attention_heads)
+            elif part == "self_attn.k_proj":
+                data = _llama_cpp_permute(data, config.num_key_value_heads)
+        writer.add_tensor(names[name], data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    from transformers import AutoTokenizer
+
+    # the tokenizer the file describes, beside the weights that went in (the folder is then complete)
+    AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).save_pretrained(hf)
+    return path, hf
 
 
 def n_params(path: str | Path) -> int:

@@ -49,10 +49,10 @@ HOW_TO_RUN = "no tokenizer given: run `prefdata check DATA --tokenizer MODEL_DIR
 def load_tokenizer(path: str) -> Any:
     """The tokenizer a trainer would load from `path` (a model folder or hub name, offline as the
     environment says); a path that has none raises ValueError with one line."""
-    from transformers import AutoTokenizer
+    from prefdata.models import load_tokenizer as load_model_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        return load_model_tokenizer(str(path))
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad folder
         raise ValueError(f"{path}: cannot load a tokenizer ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
                          "give a model folder saved with save_pretrained") from None

@@ -574,6 +574,28 @@ def world_judge(
     return 0
 
 
+model_app = typer.Typer(help="Model files: turn a GGUF file into a folder every command and trainer loads.",
+                        no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("import-gguf")
+def model_import_gguf(
+    gguf_file: Annotated[Path, typer.Argument(help="A GGUF model file (llama.cpp's format), quantised or not.")],
+    out_dir: Annotated[Path, typer.Argument(help="New folder for the model (safetensors, float32) and tokenizer.")],
+) -> int:
+    """Convert a GGUF file into an ordinary model folder (its tokenizer and chat template included),
+    checked before it is kept: the folder's logits equal the GGUF model's on a probe prompt. Any
+    model path also takes a .gguf file directly, converted once into a cache (.prefdata/models)."""
+    from prefdata.models import import_gguf
+
+    writable_dir(out_dir, "OUT_DIR")
+    manifest = import_gguf(gguf_file, out_dir)
+    _console().print(f"model: {out_dir} ({manifest['architecture']}, chat template: "
+                     f"{'yes' if manifest['chat_template'] else 'no'}; logits equal to the GGUF model's on the probe)")
+    return 0
+
+
 from prefdata.flows.cli import run as _run  # noqa: E402 - typer only; Prefect loads inside the command
 from prefdata.flows.cli import serve as _serve  # noqa: E402
 

@@ -30,16 +30,16 @@ class RewardModelScorer:
 
     def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16):
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from prefdata.models import load_reward_model, load_tokenizer
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.model_path, self.batch_size = str(model_path), batch_size
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = load_tokenizer(model_path)
         self.tokenizer.padding_side = "right"  # TRL's preference collator pads on the right
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
+        self.model = load_reward_model(model_path, dtype=torch.float32).to(device).eval()
         self.model.requires_grad_(False)
         self.model.config.pad_token_id = self.tokenizer.pad_token_id  # the score is read at the last non-pad token
         self.eos = self.tokenizer.eos_token or ""

@@ -63,9 +63,13 @@ class Sampler(Protocol):
 def model_revision(path: str | Path) -> str | None:
     """The hub commit when `path` is a hub-cache snapshot; else a hash of config.json and the weight
     files' names and sizes (cheap, and changes whenever a checkpoint is re-saved with new shapes or
-    shards; weights retrained in place to identical sizes need the commit or a content hash);
-    None when `path` is not a local directory."""
+    shards; weights retrained in place to identical sizes need the commit or a content hash); for a
+    GGUF file, the hash of its content; None when `path` is no local directory or GGUF file."""
+    from prefdata.models import is_gguf, sha256_file
+
     path = Path(path)
+    if is_gguf(path) and path.is_file():
+        return "sha256:" + sha256_file(path)[:16]
     if not path.is_dir():
         return None
     found = _HUB_SNAPSHOT.search(path.resolve().as_posix())
@@ -95,14 +99,14 @@ class TransformersSampler:
     name = "transformers"
 
     def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from prefdata.models import load_causal_lm, load_tokenizer
 
         self.model_path, self.batch_size = str(model_path), batch_size
         # Left padding: generation appends on the right, so every row's last position must be a real token.
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        self.tokenizer = load_tokenizer(model_path, padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_path).to(device).eval()
+        self.model = load_causal_lm(model_path).to(device).eval()
         self.revision = getattr(self.model.config, "_commit_hash", None) or model_revision(model_path)
         # Chat checkpoints often end turns with several ids (Llama 3: <|end_of_text|>, <|eot_id|>): stop at any.
         eos = self.model.generation_config.eos_token_id

@@ -104,10 +104,10 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
                             batch_size: int = 8, tie_margin: float = 0.0) -> pl.DataFrame:
     """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tokenizer = load_tokenizer(path)
+    model = load_causal_lm(path).eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     sample = _sample(pairs, sample_size, seed)
 

@@ -162,7 +162,8 @@ TOP = ("prefdata.cli", "prefdata.collect_cli", "prefdata.demo")
 FORBIDDEN = {
     "prefdata.records": ("prefdata.",),  # the bottom: the record and its ids, nothing else
     "prefdata.errors": ("prefdata.",),
-    "prefdata.reward_scoring": ("prefdata.",),  # shared tools: the reward-model scorer and the target loader
+    "prefdata.models": ("prefdata.",),  # shared tools: loading models, the reward-model scorer, the target loader
+    "prefdata.reward_scoring": ("prefdata.",),
     "prefdata.targets": ("prefdata.store", "prefdata.importer", "prefdata.checks", "prefdata.gate", "prefdata.sampling",
                          "prefdata.judging", "prefdata.collection", "prefdata.trainers", "prefdata.flows", *TOP),
     "prefdata.checks": ("prefdata.store", "prefdata.importer", "prefdata.gate", "prefdata.publishing",
@@ -182,8 +183,10 @@ FORBIDDEN = {
 }
 # Exceptions to FORBIDDEN, each with its reason. trainers -> checks.template_fit: `prefdata train`
 # refuses pairs the trainer would cut or mis-tokenise with the very check `prefdata check` runs
-# (issue 14 item 1), not a second copy of it; no other check module.
-ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",)}
+# (issue 14 item 1), not a second copy of it; no other check module. models and reward_scoring name
+# errors in one line; the scorer loads its model through prefdata.models like every other module.
+ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",), "prefdata.models": ("prefdata.errors",),
+           "prefdata.reward_scoring": ("prefdata.models", "prefdata.errors")}
 
 
 def _covered(module: str, names: tuple[str, ...]) -> bool:

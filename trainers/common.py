@@ -267,18 +267,19 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
 
 def check_base_model(spec: str) -> None:
     """Refuse, in one line (exit 2), a base model that cannot load, before any training starts: a
-    missing path, a folder or file that is not a saved model, a hub name that cannot be fetched."""
-    from transformers import AutoConfig
+    missing path, a folder or file that is not a saved model, a hub name that cannot be fetched. A GGUF
+    file is converted here, once (prefdata.models), so the checks below read the converted folder."""
+    from prefdata.models import is_gguf, load_config, local_model
 
     fix = ("give a model folder written by save_pretrained (config.json and weights; the demo world's "
-           "is printed by `prefdata world build`) or a hub model name")
-    path = Path(spec).expanduser()
+           "is printed by `prefdata world build`), a .gguf file or a hub model name")
+    path = Path(local_model(spec) if is_gguf(spec) else spec).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise UnusableInput(f"base model {spec} is a {'folder' if path.is_dir() else 'file'} without config.json, "
                                 f"not a model: {fix}")
         try:
-            AutoConfig.from_pretrained(path)
+            load_config(path)
         except (OSError, ValueError) as exc:
             raise UnusableInput(f"base model {spec}: its config.json cannot be read ({str(exc).splitlines()[0]}): {fix}") from None
         return
@@ -286,7 +287,7 @@ def check_base_model(spec: str) -> None:
     if path.is_absolute() or spec.startswith((".", "~")) or spec.count("/") > 1:
         raise UnusableInput(f"base model {spec} not found: {fix}")
     try:
-        AutoConfig.from_pretrained(spec)
+        load_config(spec)
     except (OSError, ValueError) as exc:
         raise UnusableInput(f"base model {spec!r} is no local folder and cannot be loaded from the hub "
                             f"({str(exc).splitlines()[0]}): {fix}") from None
@@ -505,10 +506,10 @@ def _mean_logps(model, tokenizer, examples) -> list[float]:
 def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) -> dict[str, float]:
     """The figures a run reports before and after: preference accuracy on held-out pairs, held-out SFT
     loss (the alignment tax), and whatever the configured evaluator measures."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir)
     metrics: dict[str, float] = {}
     accuracy = preference_accuracy(model, tokenizer, data.eval)
     if accuracy is not None:

@@ -41,15 +41,15 @@ class DPOTrainConfig(RunDefaults, PairTrainDefaults, DPOConfig, MixConfig):
 
 def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
     timer = Timer()
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"dpo: before {before}")
-    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model)
+    tokenizer = load_tokenizer(cfg.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
+    model = load_causal_lm(cfg.base_model)
     guards = guard_callback(defaults("dpo") if cfg.guards else [])
     pool = sft_pool(cfg, data)
     trainer_cls = with_sft_mix(DPOTrainer) if pool and cfg.sft_ratio > 0 else DPOTrainer

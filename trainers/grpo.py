@@ -77,17 +77,17 @@ def reward_funcs(specs: list[str]) -> list:
 
 def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
     timer = Timer()
     funcs = reward_funcs(cfg.rewards)
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"grpo: before {before}")
-    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")
+    tokenizer = load_tokenizer(cfg.base_model, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
+    model = load_causal_lm(cfg.base_model)
     prompts = sorted({row["prompt"] for row in data.train})
     guards = guard_callback(defaults("grpo", cfg.rewards) if cfg.guards else [])
     pool = sft_pool(cfg, data)

@@ -140,7 +140,7 @@ class RewardAdapterScorer:
         import torch
         from peft import LoraConfig, set_peft_model_state_dict
         from safetensors.torch import load_file
-        from transformers import AutoConfig, AutoTokenizer
+        from prefdata.models import load_config, load_tokenizer
 
         saved = LoraConfig.from_pretrained(adapter)
         state = load_file(adapter / "adapter_model.safetensors")
@@ -162,11 +162,11 @@ class RewardAdapterScorer:
         device = next(model.parameters()).device
         self.head = torch.nn.Linear(score.shape[1], score.shape[0], bias=False).to(device).requires_grad_(False)
         self.head.weight.data.copy_(score.to(device))
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer = load_tokenizer(path)
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        pad = AutoConfig.from_pretrained(path).pad_token_id  # the classifier pools where its config says pad starts
+        pad = load_config(path).pad_token_id  # the classifier pools where its config says pad starts
         self.pad_id = self.tokenizer.pad_token_id if pad is None else pad
         self.model, self.device, self.batch_size = model, device, batch_size
 
@@ -236,12 +236,12 @@ def load_policy(base_model: str | Path, config: PPOConfig, device):
     """(tokenizer, peft model, value head): one base, a LoRA adapter, a zero-initialised V head."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    tokenizer = load_tokenizer(base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).to(device)
+    base = load_causal_lm(base_model, dtype=torch.float32).to(device)
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=config.lora_target_modules, task_type="CAUSAL_LM")
     # The adapter keeps PEFT's name "default" so save_pretrained writes it at the top of adapter/.

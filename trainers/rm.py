@@ -62,15 +62,17 @@ def chance_warning(accuracy: float | None, n_eval: int, n_train: int) -> str | N
 
 def run(cfg: RMTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+    from transformers import set_seed
+
+    from prefdata.models import load_reward_model, load_tokenizer
 
     timer = Timer()
     set_seed(cfg.seed)  # the new score head is drawn here, before the trainer seeds anything: same seed, same model
-    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model)
+    tokenizer = load_tokenizer(cfg.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # A causal LM checkpoint loads with a new, randomly initialised one-output score head.
-    model = AutoModelForSequenceClassification.from_pretrained(cfg.base_model, num_labels=1)
+    model = load_reward_model(cfg.base_model, num_labels=1)
     model.config.pad_token_id = tokenizer.pad_token_id
     cfg.output_dir = str(output_dir / "trainer")
     trainer = RewardTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(data.train), processing_class=tokenizer,

@@ -42,14 +42,14 @@ def training_examples(cfg: SFTTrainConfig, data: TrainingData) -> list[tuple[str
 
 def run(cfg: SFTTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prefdata.models import load_causal_lm, load_tokenizer
 
     timer = Timer()
     before = evaluate_model(cfg.base_model, cfg, data)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model)
+    tokenizer = load_tokenizer(cfg.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model)
+    model = load_causal_lm(cfg.base_model)
     examples = training_examples(cfg, data)
     if not examples:
         raise UnusableInput("sft: nothing to train on; sft_sources names no data (chosen, or general with general_sft)")

@@ -229,8 +229,7 @@ def evaluate(model_path: Path | str, config: WorldConfig | None = None, world: P
     of the world the model sits in (../world.json), else of the default world. A model trained
     elsewhere names its world, so before and after are scored on the same prompts.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from prefdata.models import load_causal_lm, load_tokenizer
     from prefdata.world.model import general_accuracy, task_accuracy
 
     model_path = Path(model_path)
@@ -239,8 +238,8 @@ def evaluate(model_path: Path | str, config: WorldConfig | None = None, world: P
         if world is not None and not world_json.is_file():
             raise FileNotFoundError(f"{world_json} not found: `world` must be a built world's folder")
         config = WorldConfig.from_dict(json.loads(world_json.read_text())["config"]) if world_json.is_file() else WorldConfig()
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    tokenizer = load_tokenizer(model_path)
+    model = load_causal_lm(model_path).eval()
     task, general = heldout(config)
     return {
         "task_accuracy": task_accuracy(model, tokenizer, [ex.prompt for ex in task]),

@@ -39,13 +39,12 @@ Judge = Callable[[str, str, str], "str | None"]
 def model_judge(model_path: Path | str, template: str = JUDGE_TEMPLATE_NAME) -> Judge:
     """The reference judge in-process: a local causal LM answers the rendered template (greedy), and
     the template's parser names the matching response. Answers are cached per question."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from prefdata.judging import Template
+    from prefdata.models import load_causal_lm, load_tokenizer
     from prefdata.world.model import generate
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    tokenizer = load_tokenizer(model_path)
+    model = load_causal_lm(model_path).eval()
     spec = Template.load(template)
     replies: dict[str, str] = {}
 
