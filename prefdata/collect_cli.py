@@ -66,8 +66,10 @@ def policy_params(policy: str, model: str | None) -> dict[str, Any]:
         return {"model": model, "base_url": policy}
     if model:
         raise UnusableInput("--model names a server's model: give it with --policy URL, not a folder")
-    if not Path(policy).is_dir():
-        raise UnusableInput(f"--policy {policy}: not a model folder (or an http(s):// URL)")
+    from prefdata.models import is_gguf
+
+    if not (Path(policy).is_dir() or (is_gguf(policy) and Path(policy).is_file())):
+        raise UnusableInput(f"--policy {policy}: not a model folder, a .gguf file or an http(s):// URL")
     return {"model": str(Path(policy).resolve())}
 
 

@@ -105,6 +105,26 @@ def test_a_gguf_file_works_where_a_model_folder_does_converted_once(tiny_gguf, m
     assert [p for p in model_cache.glob("gguf-*") if p.is_dir()] == converted
 
 
+def test_collect_samples_from_a_gguf_policy(prefect_api, tiny_gguf, model_cache, tmp_path, capsys):
+    """`prefdata collect --policy FILE.gguf`: the flow samples from the converted model, and the draft's
+    candidates name the file and its content hash as their policy."""
+    import prefdata.models as models
+    from prefdata.store import Store
+
+    gguf_file, _ = tiny_gguf
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("he\nthe\n")
+    code, out, err = cli(capsys, "collect", "--prompts", str(prompts), "--policy", str(gguf_file), "--judge",
+                         "rule:prefdata.world:verify", "--name", "from-gguf", "--candidates", "2",
+                         "--max-new-tokens", "4", "--cache-dir", str(tmp_path / "cache"), "--queue-dir",
+                         str(tmp_path / "queues"), "--store", str(tmp_path / "store"))
+    assert code == 0, out + err
+    version = next(line.split()[1] for line in out.splitlines() if line.startswith("draft:"))
+    comparisons = Store(str(tmp_path / "store")).load(version, "comparisons")
+    revision = "sha256:" + models.sha256_file(gguf_file)[:16]
+    assert comparisons.height == 2 and set(comparisons["model_a"]) == {f"{gguf_file}@{revision}"}, comparisons
+
+
 def test_bad_gguf_inputs_are_one_line_and_exit_2(tiny_gguf, tmp_path, capsys, monkeypatch):
     gguf_file, source = tiny_gguf
     truncated = tmp_path / "truncated.gguf"
