@@ -79,15 +79,35 @@ def _reward_model(path: str):
     return RewardModelJudge(path)
 
 
+_IN_PROCESS: dict[tuple, object] = {}  # the loaded local LLM judge, shared by this process's judging tasks
+_IN_PROCESS_LOCK = threading.Lock()
+
+
+def _in_process_judge(identity: dict):
+    """One loaded model for every judging task of this process (loading per chunk would cost more than
+    judging it); another judge replaces it."""
+    from prefdata.judging import PairwiseLLMJudge
+
+    key = (identity["model"], identity["template"], identity["max_tokens"])
+    with _IN_PROCESS_LOCK:
+        if key not in _IN_PROCESS:
+            _IN_PROCESS.clear()
+            _IN_PROCESS[key] = PairwiseLLMJudge(None, *key[:2], max_tokens=key[2])
+        return _IN_PROCESS[key]
+
+
 def make_judge(identity: dict, runtime: dict):
     from prefdata.judging import PairwiseLLMJudge, RuleJudge
 
     if identity["kind"] == "verifier":
         return RuleJudge(collection.import_target(identity["verifier"]), rule_name=identity["verifier"])
+    if identity["kind"] == "llm" and runtime["base_url"] is None:
+        return _in_process_judge(identity)
     if identity["kind"] == "llm":
         return PairwiseLLMJudge(runtime["base_url"], identity["model"], identity["template"],
                                 concurrency=runtime["requests_in_flight"], timeout=runtime["timeout_s"],
-                                max_retries=runtime["max_retries"], api_key_env=runtime.get("api_key_env"))
+                                max_retries=runtime["max_retries"], api_key_env=runtime.get("api_key_env"),
+                                max_tokens=identity["max_tokens"])
     return _reward_model(identity["model"])
 
 
@@ -102,7 +122,9 @@ def judge_chunk(items: list[dict], identity: dict, runtime: dict) -> list:
     # strict: a missing limit is an error, never an unbounded judge (collect creates it first).
     with concurrency(runtime["limit_name"], occupy=1, timeout_seconds=runtime["slot_timeout_s"], strict=True):
         verdicts = judge.judge(pairs)
-    failed = [v for v in verdicts if v.reason == "error" and identity["kind"] == "llm"]
+    # a served judge's errors are transient (retry the task rather than cache the gap); an in-process
+    # judge's are not, and its undecided pairs go to humans like any other
+    failed = [v for v in verdicts if v.reason == "error" and identity["kind"] == "llm" and runtime["base_url"]]
     if failed:  # transient after the judge's own retries: retry the task rather than cache the gap
         raise JudgeUnavailable(f"{len(failed)} of {len(verdicts)} pairs got no verdict from {runtime['base_url']}: "
                                f"{failed[0].error}")

@@ -45,11 +45,15 @@ class Policy(_Params):
 class Judge(_Params):
     kind: Literal["verifier", "llm", "reward_model"] = Field(
         "verifier", description="verifier: an exact checker decides (the demo world's arithmetic); llm: a pairwise "
-                                "LLM judge on an OpenAI-compatible server, both orders; reward_model: a scoring model.")
+                                "LLM judge, both orders, on an OpenAI-compatible server (base_url) or in process "
+                                "(no base_url: model is a local path); reward_model: a scoring model.")
     verifier: str = Field("prefdata.world:verify", description="module:function (prompt, completion) -> bool | float.")
-    base_url: str | None = Field(None, description="llm: the judge server.")
-    model: str | None = Field(None, description="llm: the judge model's name; reward_model: its folder.")
+    base_url: str | None = Field(None, description="llm: the judge server; None runs the model in this process.")
+    model: str | None = Field(None, description="llm: the judge model's name (served) or path (in process); "
+                                                "reward_model: its folder.")
     template: str = Field("pairwise-v1", description="llm: the versioned judge template.")
+    max_tokens: int = Field(512, ge=1, description="llm: the most tokens a judge's reply may use (a reply cut short "
+                                                   "decides nothing).")
     api_key_env: str | None = Field(None, description="llm: environment variable holding the judge server's API "
                                                       "key (the key itself is never a parameter).")
     chunk_size: int = Field(16, ge=1, description="Pairs per judging task: the unit of caching, resuming and fan-out.")
@@ -67,9 +71,9 @@ class Judge(_Params):
 
     @model_validator(mode="after")
     def _needs(self) -> "Judge":
-        if self.kind == "llm" and not (self.base_url and self.model):
-            raise ValueError(f"judge kind 'llm' needs base_url and model (got base_url={self.base_url!r}, "
-                             f"model={self.model!r})")
+        if self.kind == "llm" and not self.model:
+            raise ValueError("judge kind 'llm' needs model: the served model's name (with base_url) or a local "
+                             "model path (in process)")
         if self.kind == "reward_model" and not self.model:
             raise ValueError("judge kind 'reward_model' needs model: the reward model's folder")
         return self
@@ -77,7 +81,7 @@ class Judge(_Params):
     def identity(self) -> dict:
         """What decides the verdicts: the judge's cache key. Where it is served (base_url), timeouts, retries
         and concurrency are not in it: the same model and template behind another address is the same judge."""
-        keep = {"verifier": ("verifier",), "llm": ("model", "template"), "reward_model": ("model",)}
+        keep = {"verifier": ("verifier",), "llm": ("model", "template", "max_tokens"), "reward_model": ("model",)}
         return {"kind": self.kind, **{k: getattr(self, k) for k in keep[self.kind]}}
 
 

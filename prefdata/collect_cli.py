@@ -20,11 +20,16 @@ import typer
 
 from prefdata.errors import UnusableInput
 
-JUDGE_SPECS = "llm:MODEL@URL[:TEMPLATE], rm:PATH, rule:module:function, or world (the demo world's verifier)"
+JUDGE_SPECS = ("llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), rm:PATH, rule:module:function, "
+               "or world (the demo world's verifier)")
 WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
 WORLD_MAX_NEW_TOKENS = 6  # the world's answers are four digits and an end: what `prefdata demo` samples
-# MODEL@URL[:TEMPLATE]: a template name is NAME-vN and starts with a letter, so it never reads as a port.
+# MODEL@URL[:TEMPLATE] or PATH[:TEMPLATE]: a template name is NAME-vN and starts with a letter, so it
+# never reads as a port.
 _LLM = re.compile(r"^(?P<model>.+)@(?P<url>https?://.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
+_LOCAL_LLM = re.compile(r"^(?P<model>.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
+# Below this share of decided pairs, the run says what a weak judge means (the rest went to humans).
+WEAK_JUDGE_SHARE = 0.2
 
 
 def judge_params(spec: str) -> dict[str, Any]:
@@ -35,14 +40,22 @@ def judge_params(spec: str) -> dict[str, Any]:
     if not sep or not target or kind not in ("llm", "rm", "rule"):
         raise UnusableInput(f"--judge {spec!r}: use {JUDGE_SPECS}")
     if kind == "llm":
-        found = _LLM.match(target)
+        from prefdata.judging import Template
+        from prefdata.models import is_gguf
+
+        served = re.search(r"@[a-z][\w+.-]*://", target) is not None  # MODEL@URL: any scheme, http(s) checked below
+        found = (_LLM if served else _LOCAL_LLM).match(target)
         if not found:
             raise UnusableInput(f"--judge {spec!r}: use llm:MODEL@http://HOST:PORT/v1 (optionally :TEMPLATE-vN)")
-        from prefdata.judging import Template
-
         template = found["template"] or "pairwise-v1"
         Template.load(template)  # an unknown template: one line naming the known ones
-        return {"kind": "llm", "model": found["model"], "base_url": found["url"], "template": template}
+        if served:
+            return {"kind": "llm", "model": found["model"], "base_url": found["url"], "template": template}
+        path = Path(found["model"])
+        if not (path.is_dir() or (is_gguf(path) and path.is_file())):
+            raise UnusableInput(f"--judge {spec!r}: {path} is no model folder or .gguf file; a served judge is "
+                                "llm:MODEL@http://HOST:PORT/v1")
+        return {"kind": "llm", "model": str(path.resolve()), "base_url": None, "template": template}
     if kind == "rm":
         if not Path(target).is_dir():
             raise UnusableInput(f"--judge {spec!r}: {target} is not a reward-model folder")
@@ -100,6 +113,11 @@ def collect_command(
     guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")] = None,
+    judge_template: Annotated[Optional[str], typer.Option(help="llm judges: the versioned template (NAME-vN; "
+                                                               "default pairwise-v1, or the spec's :TEMPLATE-vN).")] = None,
+    judge_max_tokens: Annotated[int, typer.Option(help="llm judges: the most tokens a reply may use.", min=1)] = 512,
+    judge_timeout: Annotated[float, typer.Option(help="llm judges on a server: seconds per request (a busy "
+                                                      "CPU server needs more than the default).", min=1)] = 60.0,
 ) -> int:
     """Sample candidates from a policy, pair and judge them, route the doubtful share to humans, and
     store a draft version: the collect flow in one command, cached and resumable."""
@@ -116,6 +134,15 @@ def collect_command(
         raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line), a table with a prompt "
                             "column, or world")
     judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
+    if judge_fields["kind"] == "llm":
+        if judge_template is not None:
+            from prefdata.judging import Template
+
+            Template.load(judge_template)
+            judge_fields["template"] = judge_template
+        judge_fields.update(max_tokens=judge_max_tokens, timeout_s=judge_timeout)
+    elif judge_template is not None:
+        raise UnusableInput(f"--judge-template is for llm judges; --judge {judge} has no template")
     if max_new_tokens is None:
         max_new_tokens = WORLD_MAX_NEW_TOKENS if policy == WORLD else 256
     if prompts == WORLD and n is None:
@@ -165,6 +192,10 @@ def collect_command(
     say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
     say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")
     say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}")
+    if judge_fields["kind"] == "llm" and verdicts["n"] and verdicts["decided"] < WEAK_JUDGE_SHARE * verdicts["n"]:
+        say(f"judge: a weak judge here ({verdicts['unparseable']} pairs got replies naming no response as the "
+            "template asks): a small model answers the question instead of judging; the undecided pairs go to "
+            "humans. Use a verifier (rule:module:function) or a larger served model")
     say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
     say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
     say(f"draft: {result['version']}")

@@ -3,7 +3,8 @@ in order. A judge never crashes a batch and never invents a verdict: a failure, 
 reply or position-inconsistent replies give an undecided Verdict (label None) with its reason and
 the raw replies kept, and such pairs route to humans (prefdata.routing).
 
-    PairwiseLLMJudge(base_url, model)  an LLM over an OpenAI-compatible chat API; every pair is judged
+    PairwiseLLMJudge(base_url, model)  an LLM over an OpenAI-compatible chat API, or in this process
+                                       (base_url None: a local model path, LocalChat); every pair is judged
                                        in both orders (A/B, then swapped), FastChat-style (Zheng et al.
                                        2023, "Judging LLM-as-a-judge"): only agreeing orders give a label
     RewardModelJudge(path)             a sequence-classification reward model scores both sides
@@ -21,8 +22,9 @@ import json
 import logging
 import math
 import re
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -205,10 +207,61 @@ class _Call:
     attempts: int
 
 
+class LocalChat:
+    """Chat replies from a causal LM in this process (transformers), greedy: an LLM judge without a
+    server. Each conversation goes through the tokenizer's chat template; left-padded batches of
+    `batch_size` share one `generate`. A model without a chat template is refused in one line: a
+    judge must be asked as a chat model is."""
+
+    def __init__(self, model_path: str, max_tokens: int = 512, batch_size: int = 8):
+        from prefdata.models import load_causal_lm, load_tokenizer
+
+        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.tokenizer = load_tokenizer(model_path, padding_side="left")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise UnusableInput(f"judge model {model_path}: its tokenizer has no chat template; an LLM judge "
+                                "needs a chat (instruct) model, or use a verifier (rule:module:function)")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = load_causal_lm(model_path).eval()
+        # one batch at a time: torch spreads one generate over the cores, and a fast tokenizer shared
+        # by threads fails ("Already borrowed") when two calls pad at once
+        self._lock = threading.Lock()
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if eos is not None else self.tokenizer.eos_token_id
+        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]) - {None}) or None
+
+    def replies(self, conversations: list[list[dict]]) -> list[_Call]:
+        out: list[_Call] = []
+        for start in range(0, len(conversations), self.batch_size):
+            batch = conversations[start:start + self.batch_size]
+            try:
+                with self._lock:
+                    out += [_Call(text, None, 1) for text in self._generate(batch)]
+            except Exception as error:  # noqa: BLE001 - a failed batch is its pairs' problem, never a crash
+                out += [_Call(None, f"{type(error).__name__}: {error}", 1) for _ in batch]
+        return out
+
+    def _generate(self, batch: list[list[dict]]) -> list[str]:
+        import torch
+
+        texts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in batch]
+        # the template writes any BOS itself: tokenizing must not add a second one
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.inference_mode():
+            ids = self.model.generate(**enc, do_sample=False, max_new_tokens=self.max_tokens,
+                                      pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids)
+        return self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
 class PairwiseLLMJudge:
+    """An LLM judge, every pair asked in both orders. `base_url`: an OpenAI-compatible chat API
+    (`concurrency` requests in flight, retries with backoff); None: the model at path `model` runs in
+    this process (LocalChat), batched."""
+
     name = "llm-pairwise"
 
-    def __init__(self, base_url: str, model: str, template: str = "pairwise-v1", concurrency: int = 8,
+    def __init__(self, base_url: str | None, model: str, template: str = "pairwise-v1", concurrency: int = 8,
                  timeout: float = 60.0, max_retries: int = 4, backoff_base: float = 0.5, backoff_max: float = 8.0,
                  max_tokens: int = 512, api_key_env: str | None = None):
         from prefdata.openai_http import RetryPolicy, make_client
@@ -218,7 +271,8 @@ class PairwiseLLMJudge:
         self.model, self.concurrency, self.max_tokens = model, concurrency, max_tokens
         self.template = Template.load(template)
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
-        self._client = make_client(base_url, api_key_env, timeout)
+        self._local = LocalChat(model, max_tokens) if base_url is None else None
+        self._client = make_client(base_url, api_key_env, timeout) if base_url is not None else None
         self.last_report: JudgeReport | None = None
 
     def _call(self, messages: list[dict]) -> _Call:
@@ -256,23 +310,27 @@ class PairwiseLLMJudge:
         return Verdict(item.pair_id, label, 1.0 if label is not None else None, reason, self.name, self.model,
                        t.name, t.version, t.sha256, votes, (ab.reply, ba.reply), (), error, ab.attempts + ba.attempts)
 
+    def _ask(self, questions: list[list[dict]]) -> list[_Call]:
+        if self._local is not None:
+            return self._local.replies(questions)
+        with ThreadPoolExecutor(self.concurrency) as pool:  # bounded: at most `concurrency` requests in flight
+            return list(pool.map(self._call, questions))
+
     def judge(self, items: list[PairToJudge]) -> list[Verdict]:
         start = time.perf_counter()
-        with ThreadPoolExecutor(self.concurrency) as pool:  # bounded: at most `concurrency` requests in flight
-            # At temperature 0 the same messages get the same reply: ask each distinct question once. A
-            # reference template shows only the problem, so both orders and every pair of one prompt
-            # share one question; a comparing template's questions are all distinct anyway.
-            asked: dict[str, Future] = {}
-
-            def ask(messages: list[dict]) -> Future:
+        # At temperature 0 the same messages get the same reply: ask each distinct question once. A
+        # reference template shows only the problem, so both orders and every pair of one prompt
+        # share one question; a comparing template's questions are all distinct anyway.
+        questions: dict[str, list[dict]] = {}
+        ab, ba = [], []
+        for i in items:
+            for order, (x, y) in ((ab, (i.response_a, i.response_b)), (ba, (i.response_b, i.response_a))):
+                messages = self.template.messages(i.prompt, x, y)
                 key = json.dumps(messages, sort_keys=True)
-                if key not in asked:
-                    asked[key] = pool.submit(self._call, messages)
-                return asked[key]
-
-            ab = [ask(self.template.messages(i.prompt, i.response_a, i.response_b)) for i in items]
-            ba = [ask(self.template.messages(i.prompt, i.response_b, i.response_a)) for i in items]
-            verdicts = [self._verdict(item, x.result(), y.result()) for item, x, y in zip(items, ab, ba)]
+                questions.setdefault(key, messages)
+                order.append(key)
+        replies = dict(zip(questions, self._ask(list(questions.values()))))
+        verdicts = [self._verdict(item, replies[x], replies[y]) for item, x, y in zip(items, ab, ba)]
         self.last_report = JudgeReport.from_verdicts(verdicts, time.perf_counter() - start)
         log.info("judge %s (%s v%s): %s", self.model, self.template.name, self.template.version, self.last_report.summary())
         return verdicts

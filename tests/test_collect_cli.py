@@ -160,6 +160,8 @@ def test_live_bars_draw_each_stage_on_a_terminal():
     ({"--judge": "llm:judge@ftp://host"}, "use llm:MODEL@http://"),
     ({"--judge": "llm:judge@http://127.0.0.1:8000/v1:no-such-template-v9"}, "judge template 'no-such-template-v9'"),
     ({"--judge": "rm:/no/such/folder"}, "is not a reward-model folder"),
+    ({"--judge": "llm:/no/such/model"}, "/no/such/model is no model folder or .gguf file"),
+    ({"--judge-template": "world-judge-v2"}, "--judge-template is for llm judges"),
     ({"--policy": "http://127.0.0.1:8000/v1"}, "needs --model"),
     ({"--policy": "/no/such/model"}, "not a model folder"),
     ({"--humans": "crowd"}, "--humans 'crowd'"),
@@ -183,6 +185,32 @@ def test_llm_spec_parses_url_and_template():
     assert judge_params("llm:my/judge@http://127.0.0.1:8000/v1:world-judge-v2") == {
         "kind": "llm", "model": "my/judge", "base_url": "http://127.0.0.1:8000/v1", "template": "world-judge-v2"}
     assert judge_params("llm:j@https://api.example.org/v1")["template"] == "pairwise-v1"
+
+
+def test_llm_spec_without_a_url_is_a_local_model(tiny_llama):
+    from prefdata.collect_cli import judge_params
+
+    assert judge_params(f"llm:{tiny_llama}:world-judge-v2") == {
+        "kind": "llm", "model": str(tiny_llama.resolve()), "base_url": None, "template": "world-judge-v2"}
+    assert judge_params(f"llm:{tiny_llama}")["template"] == "pairwise-v1"
+
+
+def test_a_local_judge_runs_in_process_and_a_weak_one_says_so(prefect_api, tiny_llama, tmp_path, rule_module, capsys):
+    """`--judge llm:PATH`: no server; the judge's max tokens come from the command line and are part of
+    its identity (the cache key and the lineage). A random tiny model decides nothing, and the run says
+    what that means instead of leaving a row of zeros."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Say hi.\nName a colour.\n")
+    args = [*collect_args(tmp_path, prompts, tiny_llama, rule_module, "local-judge")]
+    args[args.index("--judge") + 1] = f"llm:{tiny_llama}"
+    code, out, err = cli(capsys, *args, "--judge-max-tokens", "4")
+    assert code == 0, out + err
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["judge"]["n"] == 2 and run["judge"]["decided"] == 0 and run["judge"]["unparseable"] == 2
+    assert "judge: a weak judge here (2 pairs got replies naming no response" in out
+    assert "use a verifier (rule:module:function) or a larger served model" in out.lower()
+    judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
+    assert judge == {"kind": "llm", "model": str(tiny_llama.resolve()), "template": "pairwise-v1", "max_tokens": 4}
 
 
 def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, capsys, monkeypatch):

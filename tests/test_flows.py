@@ -446,7 +446,7 @@ def test_prefdata_help_stays_light():
 def test_parameters_refuse_what_cannot_work():
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="needs base_url and model"):
+    with pytest.raises(ValidationError, match="judge kind .llm. needs model"):
         Judge(kind="llm")
     with pytest.raises(ValidationError, match="address"):
         Engine(address="tcp://127.0.0.1:8786")

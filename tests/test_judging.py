@@ -218,6 +218,39 @@ def test_end_to_end_against_transformers_serve(transformers_serve, tiny_llama):
     assert (report.n, report.unparseable, report.errors, report.decided) == (4, 4, 0, 0)
 
 
+def test_an_in_process_judge_decides_as_the_reference_judge_does():
+    """base_url None: the model runs here (LocalChat), batched, through its chat template. On the demo
+    world's judge and template its verdicts are those of world.model_judge, an independent in-process
+    implementation of the same reference judge, order by order; and they agree with the verifier."""
+    from prefdata.world import build_world, judge_comparisons, model_judge, verdict_agreement
+
+    world = build_world()
+    comparisons = judge_comparisons(24)
+    items = [PairToJudge(p, a, b) for p, a, b in comparisons]
+    judge = PairwiseLLMJudge(None, str(world.judge), "world-judge-v2", max_tokens=8)
+    verdicts = judge.judge(items)
+    reference = model_judge(world.judge)
+    votes = {"A": "a", "B": "b", None: None}
+    swap = {"A": "b", "B": "a", None: None}
+    for (p, a, b), v in zip(comparisons, verdicts):
+        assert v.votes == (votes[reference(p, a, b)], swap[reference(p, b, a)]) and v.error is None
+    scored = verdict_agreement(items, verdicts)
+    assert judge.last_report.decided >= 18 and scored["agreement_decided"] >= 0.9, scored
+
+
+def test_an_in_process_judge_needs_a_chat_model(tmp_path):
+    from bench.tiny_models import build_tiny_llama
+
+    model = build_tiny_llama(tmp_path / "plain")
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in model.glob("chat_template.*"):
+        extra.unlink()
+    with pytest.raises(UnusableInput, match="has no chat template; an LLM judge needs a chat"):
+        PairwiseLLMJudge(None, str(model))
+
+
 # -- reward model and rule ------------------------------------------------------------------------------
 
 
