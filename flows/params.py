@@ -157,7 +157,8 @@ class Checks(_Params):
     config: str | None = Field(None, description="Checklist YAML (thresholds, waivers); None: checks/checklist.yaml.")
     strict: bool = Field(False, description="A check that cannot run fails the gate.")
     report_dir: str | None = Field(None, description="Reports folder; None: .prefdata/reports/<name>-<version>.")
-    scorer: str | None = Field(None, description="Independent scorer for label_direction (rm:, lm:, judge:, verdicts:).")
+    scorer: str | None = Field(None, description="Independent scorer for label_direction (rm:, lm:, llm:, rule:, "
+                                                     "verdicts:; prefdata.specs).")
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution.")
 

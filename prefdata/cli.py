@@ -238,7 +238,8 @@ CheckOpts = {
     "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke runs on a few dozen pairs); defaults: checks/checklist.yaml."),
     "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
     "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here."),
-    "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, judge:MODEL@URL or verdicts:FILE."),
+    "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, llm:MODEL@URL or llm:PATH "
+                                "(an LLM judge, served or in process), rule:module:function, world or verdicts:FILE."),
     "reference_prompts": typer.Option(help="Production prompts: .txt (one per line) or a table with a prompt column."),
     "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
 }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -20,50 +19,40 @@ import typer
 
 from prefdata.errors import UnusableInput
 
-JUDGE_SPECS = ("llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), rm:PATH, rule:module:function, "
-               "or world (the demo world's verifier)")
+JUDGE_KINDS = ("llm", "rm", "rule")  # prefdata.specs: the one syntax of judges and scorers
 WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
 WORLD_MAX_NEW_TOKENS = 6  # the world's answers are four digits and an end: what `prefdata demo` samples
-# MODEL@URL[:TEMPLATE] or PATH[:TEMPLATE]: a template name is NAME-vN and starts with a letter, so it
-# never reads as a port.
-_LLM = re.compile(r"^(?P<model>.+)@(?P<url>https?://.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
-_LOCAL_LLM = re.compile(r"^(?P<model>.+?)(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?$")
 # Below this share of decided pairs, the run says what a weak judge means (the rest went to humans).
 WEAK_JUDGE_SHARE = 0.2
 
 
 def judge_params(spec: str) -> dict[str, Any]:
-    """A judge spec -> the collect flow's Judge fields; UnusableInput (one line) for a bad spec."""
-    if spec == WORLD:
-        spec = "rule:prefdata.world:verify"
-    kind, sep, target = spec.partition(":")
-    if not sep or not target or kind not in ("llm", "rm", "rule"):
-        raise UnusableInput(f"--judge {spec!r}: use {JUDGE_SPECS}")
-    if kind == "llm":
+    """A judge spec (prefdata.specs) -> the collect flow's Judge fields, checked as far as can be
+    before anything is sampled; UnusableInput (one line) for a bad spec."""
+    from prefdata.specs import parse_spec
+
+    parsed = parse_spec(spec, JUDGE_KINDS, "--judge")
+    if parsed.kind == "llm":
         from prefdata.judging import Template
         from prefdata.models import is_gguf
 
-        served = re.search(r"@[a-z][\w+.-]*://", target) is not None  # MODEL@URL: any scheme, http(s) checked below
-        found = (_LLM if served else _LOCAL_LLM).match(target)
-        if not found:
-            raise UnusableInput(f"--judge {spec!r}: use llm:MODEL@http://HOST:PORT/v1 (optionally :TEMPLATE-vN)")
-        template = found["template"] or "pairwise-v1"
+        template = parsed.template or "pairwise-v1"
         Template.load(template)  # an unknown template: one line naming the known ones
-        if served:
-            return {"kind": "llm", "model": found["model"], "base_url": found["url"], "template": template}
-        path = Path(found["model"])
+        if parsed.base_url:
+            return {"kind": "llm", "model": parsed.target, "base_url": parsed.base_url, "template": template}
+        path = Path(parsed.target)
         if not (path.is_dir() or (is_gguf(path) and path.is_file())):
             raise UnusableInput(f"--judge {spec!r}: {path} is no model folder or .gguf file; a served judge is "
                                 "llm:MODEL@http://HOST:PORT/v1")
         return {"kind": "llm", "model": str(path.resolve()), "base_url": None, "template": template}
-    if kind == "rm":
-        if not Path(target).is_dir():
-            raise UnusableInput(f"--judge {spec!r}: {target} is not a reward-model folder")
-        return {"kind": "reward_model", "model": str(Path(target).resolve())}
+    if parsed.kind == "rm":
+        if not Path(parsed.target).is_dir():
+            raise UnusableInput(f"--judge {spec!r}: {parsed.target} is not a reward-model folder")
+        return {"kind": "reward_model", "model": str(Path(parsed.target).resolve())}
     from prefdata.collection import import_target
 
-    import_target(target)  # the loader the flow uses: fail here, before anything is sampled
-    return {"kind": "verifier", "verifier": target}
+    import_target(parsed.target)  # the loader the flow uses: fail here, before anything is sampled
+    return {"kind": "verifier", "verifier": parsed.target}
 
 
 def policy_params(policy: str, model: str | None) -> dict[str, Any]:
@@ -91,7 +80,8 @@ def collect_command(
                                               "(fresh prompts from the demo world; --n of them, default 16).")],
     policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
                                              "(the demo world's SFT model).")],
-    judge: Annotated[str, typer.Option(help=f"{JUDGE_SPECS}.")],
+    judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
+                                            "rm:PATH, rule:module:function, or world (the demo world's verifier).")],
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
                                              "Argilla (--argilla-url) and pull the votes there are.")] = "queue",

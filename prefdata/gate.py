@@ -89,7 +89,7 @@ def load_inputs(
     if scorer:
         from prefdata.scoring import parse_spec, verdicts_for
 
-        if inputs.shards is not None and parse_spec(scorer)[0] != "verdicts":
+        if inputs.shards is not None and parse_spec(scorer, notice=lambda _m: None).kind != "verdicts":
             raise UnusableInput(f"--scorer {scorer}: a dataset of {inputs.shards.n} pairs is checked shard by shard, "
                                 "where only verdicts:FILE is supported; score a sample and pass its verdicts")
 

@@ -1,13 +1,15 @@
 """Independent scorers for the label-direction check (checklist item 8).
 
-A scorer spec names where verdicts come from:
+A scorer spec (prefdata.specs: the syntax `collect --judge` uses too) names where verdicts come from:
   verdicts:FILE   a judge's verdicts already made: `id` (or idx, pair_id) and a verdict column
                   (verdict, preferred, gpt_result, pandalm_result, label, winner, vote) holding
                   chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
   rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name),
                   each side scored as prompt + response + eos (prefdata/reward_scoring.py)
   lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
-  judge:MODEL@URL an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.judging)
+  llm:MODEL@URL   an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.judging);
+  llm:PATH        the same judge in this process (`judge:MODEL@URL`, the old spelling, still works)
+  rule:mod:func   a verifier (prompt, completion) -> bool | float scores each side; world is the demo's
 
 Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
 checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
@@ -22,30 +24,40 @@ import polars as pl
 from prefdata.errors import UnusableInput
 from prefdata.formats import RowRejected, parse_vote
 from prefdata.readers import read_rows
+from prefdata.specs import Spec
 
 ID_COLUMNS = ("id", "idx", "pair_id")
 VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "label", "winner", "vote", "result")
-SCORER_KINDS = ("verdicts", "rm", "lm", "judge")
+SCORER_KINDS = ("verdicts", "rm", "lm", "llm", "rule")
 
 
-def parse_spec(spec: str) -> tuple[str, str]:
-    kind, sep, target = spec.partition(":")
-    if not sep or kind not in SCORER_KINDS or not target:
-        raise UnusableInput(f"scorer {spec!r}: use one of {', '.join(k + ':...' for k in SCORER_KINDS)}")
-    return kind, target
+def parse_spec(spec: str, notice=None) -> Spec:
+    from prefdata.specs import parse_spec as parse
+
+    return parse(spec, SCORER_KINDS, "--scorer", **({"notice": notice} if notice else {}))
 
 
-def check_spec(spec: str) -> tuple[str, str]:
-    """parse_spec, plus what can be told before any work is done (exit 2): a verdicts file or a local
-    model folder that is not there. A hub name (`org/name`) is left for loading to judge."""
-    kind, target = parse_spec(spec)
+def check_spec(spec: str) -> Spec:
+    """parse_spec, plus what can be told before any work is done (exit 2): a verdicts file, a local
+    model folder or a verifier that is not there. A hub name (`org/name`) is left for loading to judge."""
+    from prefdata.models import is_gguf
+
+    parsed = parse_spec(spec)
+    target = parsed.target
     path = Path(target).expanduser()
-    if kind == "verdicts" and not path.is_file():
+    if parsed.kind == "verdicts" and not path.is_file():
         raise UnusableInput(f"--scorer {spec}: no verdicts file {target}")
-    local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1
-    if kind in ("rm", "lm") and local and not (path / "config.json").is_file():
-        raise UnusableInput(f"--scorer {spec}: {target} is not a model folder (no config.json there)")
-    return kind, target
+    if parsed.kind == "rule":
+        from prefdata.targets import load_target
+
+        load_target(target, "--scorer verifier")
+    local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1 or is_gguf(target)
+    is_model = (path / "config.json").is_file() or (is_gguf(target) and path.is_file())
+    if parsed.kind in ("rm", "lm") or (parsed.kind == "llm" and parsed.base_url is None):
+        if local and not is_model:
+            raise UnusableInput(f"--scorer {spec}: {target} is not a model folder (no config.json there) "
+                                "or .gguf file")
+    return parsed
 
 
 def _to_preferred(value, label: str | None) -> str | None:
@@ -104,6 +116,7 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
                             batch_size: int = 8, tie_margin: float = 0.0) -> pl.DataFrame:
     """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference."""
     import torch
+
     from prefdata.models import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(path)
@@ -138,28 +151,41 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
     return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
 
 
-def judge_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
-    """An LLM judge on a sample, chosen shown as A (the judge sees both orders, so that is fair);
-    undecided verdicts (inconsistent across orders, unparseable, failed) stay undecided."""
+def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """An LLM judge (served, or in process without a base_url) on a sample, chosen shown as A (the judge
+    sees both orders, so that is fair); undecided verdicts (inconsistent across orders, unparseable,
+    failed) stay undecided."""
     from prefdata.judging import PairToJudge, PairwiseLLMJudge
 
-    model, sep, base_url = target.rpartition("@")
-    if not sep or not model or not base_url.startswith("http"):
-        raise UnusableInput(f"judge scorer {target!r}: use judge:MODEL@http://HOST:PORT/v1")
     sample = _sample(pairs, sample_size, seed)
     items = [PairToJudge(p, c, r, pair_id=i) for i, p, c, r in sample.select("id", "prompt", "chosen", "rejected").iter_rows()]
-    verdicts = PairwiseLLMJudge(base_url, model).judge(items)
+    verdicts = PairwiseLLMJudge(spec.base_url, spec.target, spec.template or "pairwise-v1").judge(items)
     preferred = [{"a": "chosen", "b": "rejected", "tie": "tie"}.get(v.label) for v in verdicts]
     return pl.DataFrame({"id": [v.pair_id for v in verdicts], "preferred": preferred},
                         schema={"id": pl.String, "preferred": pl.String})
 
 
+def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie."""
+    from prefdata.targets import load_target
+
+    verify = load_target(target, "--scorer verifier")
+    sample = _sample(pairs, sample_size, seed)
+    prompts = sample["prompt"].to_list()
+    chosen = [float(verify(p, c)) for p, c in zip(prompts, sample["chosen"].to_list())]
+    rejected = [float(verify(p, r)) for p, r in zip(prompts, sample["rejected"].to_list())]
+    return _from_scores(sample["id"].to_list(), chosen, rejected, 0.0)
+
+
 def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:
-    kind, target = parse_spec(spec)
-    if kind == "verdicts":
-        return verdicts_from_file(target, comparisons)
-    if kind == "rm":
-        return reward_model_verdicts(target, pairs, sample_size)
-    if kind == "judge":
-        return judge_verdicts(target, pairs, sample_size)
-    return policy_logprob_verdicts(target, pairs, sample_size)
+    # notices were printed when the command checked the spec (check_spec): not once per shard here
+    parsed = parse_spec(spec, notice=lambda _message: None)
+    if parsed.kind == "verdicts":
+        return verdicts_from_file(parsed.target, comparisons)
+    if parsed.kind == "rm":
+        return reward_model_verdicts(parsed.target, pairs, sample_size)
+    if parsed.kind == "llm":
+        return judge_verdicts(parsed, pairs, sample_size)
+    if parsed.kind == "rule":
+        return rule_verdicts(parsed.target, pairs, sample_size)
+    return policy_logprob_verdicts(parsed.target, pairs, sample_size)

@@ -155,9 +155,10 @@ def test_live_bars_draw_each_stage_on_a_terminal():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"--judge": "nope"}, "--judge 'nope': use llm:MODEL@URL"),
+    ({"--judge": "nope"}, "--judge 'nope': use llm:MODEL@http://HOST:PORT/v1 or llm:PATH"),
+    ({"--judge": "lm:/some/model"}, "--judge 'lm:/some/model': use llm:"),  # a scorer's kind, not a judge's
     ({"--judge": "rule:no_such_module:f"}, "cannot import it"),
-    ({"--judge": "llm:judge@ftp://host"}, "use llm:MODEL@http://"),
+    ({"--judge": "llm:judge@ftp://host"}, "a served judge is llm:MODEL@http://"),
     ({"--judge": "llm:judge@http://127.0.0.1:8000/v1:no-such-template-v9"}, "judge template 'no-such-template-v9'"),
     ({"--judge": "rm:/no/such/folder"}, "is not a reward-model folder"),
     ({"--judge": "llm:/no/such/model"}, "/no/such/model is no model folder or .gguf file"),

@@ -162,7 +162,8 @@ TOP = ("prefdata.cli", "prefdata.collect_cli", "prefdata.demo")
 FORBIDDEN = {
     "prefdata.records": ("prefdata.",),  # the bottom: the record and its ids, nothing else
     "prefdata.errors": ("prefdata.",),
-    "prefdata.models": ("prefdata.",),  # shared tools: loading models, the reward-model scorer, the target loader
+    "prefdata.models": ("prefdata.",),  # shared tools: loading models, specs, the reward-model scorer, the target loader
+    "prefdata.specs": ("prefdata.",),
     "prefdata.reward_scoring": ("prefdata.",),
     "prefdata.targets": ("prefdata.store", "prefdata.importer", "prefdata.checks", "prefdata.gate", "prefdata.sampling",
                          "prefdata.judging", "prefdata.collection", "prefdata.trainers", "prefdata.flows", *TOP),
@@ -186,6 +187,7 @@ FORBIDDEN = {
 # (issue 14 item 1), not a second copy of it; no other check module. models and reward_scoring name
 # errors in one line; the scorer loads its model through prefdata.models like every other module.
 ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",), "prefdata.models": ("prefdata.errors",),
+           "prefdata.specs": ("prefdata.errors",),
            "prefdata.reward_scoring": ("prefdata.models", "prefdata.errors")}
 
 

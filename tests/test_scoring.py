@@ -8,7 +8,8 @@ import pytest
 from prefdata.checks.direction import check_label_direction
 from prefdata.errors import UnusableInput
 from prefdata.importer import import_file
-from prefdata.scoring import parse_spec, verdicts_for, verdicts_from_file
+from prefdata.scoring import check_spec, parse_spec, verdicts_for, verdicts_from_file
+from prefdata.specs import Spec
 
 PAIRS = pl.DataFrame({
     "id": ["p1", "p2", "p3"],
@@ -49,8 +50,39 @@ def test_model_scorers_load_by_path_and_score_every_pair(kind, tiny_reward_model
 
 
 def test_bad_scorer_specs():
-    for spec in ("oracle:x", "rm", "judge:"):
-        with pytest.raises(UnusableInput):
+    for spec in ("oracle:x", "rm", "llm:", "rule:"):
+        with pytest.raises(UnusableInput, match="use verdicts:FILE; rm:PATH; lm:PATH; llm:"):
             parse_spec(spec)
-    with pytest.raises(UnusableInput, match="judge:MODEL@http"):
-        verdicts_for("judge:no-url", PAIRS)
+    with pytest.raises(UnusableInput, match="a served judge is llm:MODEL@http"):
+        parse_spec("llm:judge@ftp://host")
+    with pytest.raises(UnusableInput, match="not a model folder .* or .gguf file"):
+        check_spec("llm:./no/such/judge")
+    with pytest.raises(UnusableInput, match="cannot import it"):
+        check_spec("rule:no_such_module:verify")
+
+
+def test_one_spec_syntax_with_collect_and_the_old_spelling_still_read():
+    """check --scorer reads collect --judge's syntax (prefdata.specs); judge:MODEL@URL, its own spelling
+    before, still works with a one-line notice."""
+    from prefdata.collect_cli import judge_params
+
+    notes: list[str] = []
+    old = parse_spec("judge:big-judge@http://127.0.0.1:8001/v1", notice=notes.append)
+    assert old == parse_spec("llm:big-judge@http://127.0.0.1:8001/v1") == Spec(
+        "llm", "big-judge", "http://127.0.0.1:8001/v1", None)
+    assert notes == ["--scorer 'judge:big-judge@http://127.0.0.1:8001/v1': 'judge:' is now 'llm:', as everywhere a "
+                     "judge is named (the old spelling still works)"]
+    assert parse_spec("world") == Spec("rule", "prefdata.world:verify")
+    assert judge_params("world") == {"kind": "verifier", "verifier": "prefdata.world:verify"}
+    assert judge_params("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2")["template"] == \
+        parse_spec("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2").template
+
+
+def test_a_verifier_and_an_in_process_judge_score_label_direction(tmp_path, monkeypatch, tiny_llama):
+    (tmp_path / "my_rules.py").write_text("def is_42(prompt, completion):\n    return completion == '42'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    verdicts = verdicts_for("rule:my_rules:is_42", PAIRS)
+    assert verdicts["preferred"].to_list() == ["chosen", "chosen", "tie"]  # 42 over 41 and 24; neither is 42
+    # A random tiny model as an in-process judge: every pair undecided, none guessed
+    judged = verdicts_for(f"llm:{tiny_llama}", PAIRS)
+    assert judged["id"].to_list() == ["p1", "p2", "p3"] and judged["preferred"].to_list() == [None, None, None]
