@@ -70,8 +70,8 @@ def test_the_cli_imports_a_file_with_a_deep_row(tmp_path):
     ("bom.json", BOM + json.dumps([GOOD, {**GOOD, "rejected": "6"}]).encode()),
     ("bom.csv", BOM + b"prompt,chosen,rejected\n2+2?,4,5\n2+2?,4,6\n"),
     ("bom.tsv", BOM + b"prompt\tchosen\trejected\n2+2?\t4\t5\n2+2?\t4\t6\n"),
-    ("bom.jsonl.gz", gzip.compress(BOM + jsonl(json.dumps(GOOD), json.dumps({**GOOD, "rejected": "6"})))),
-])
+    ("bom.jsonl.gz", gzip.compress(BOM + jsonl(json.dumps(GOOD), json.dumps({**GOOD, "rejected": "6"})), mtime=0)),
+], ids=["jsonl", "json", "csv", "tsv", "jsonl.gz"])  # ids, not bytes: the same names in every process
 def test_a_utf8_bom_is_stripped(tmp_path, name, content):
     src = tmp_path / name
     src.write_bytes(content)
