@@ -617,9 +617,30 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
-# Commands that run Prefect flows keep Python's default SIGTERM: their engine and temporary server
-# have signal handling of their own.
+# Commands that run Prefect flows. `serve` keeps Python's default SIGTERM: it is Prefect's runner,
+# whose own handling stops the served flows. collect and demo raise Terminated like every other
+# command, once Prefect's flow engine (which handles a SIGTERM during a flow itself, reports the
+# crash and then sends the signal again) is done; their Prefect server runs in a session of its own
+# (prefdata.flows.server), so a signal to the whole process group leaves it up for that report.
 _FLOW_COMMANDS = {"collect", "demo", "serve"}
+# What a stopped command keeps, for its one line. A stop that the normal unwinding does not finish
+# within STOP_GRACE_S (a generate() call in a task thread cannot be interrupted) ends the process
+# there, after stopping the servers it started (prefdata.processes).
+KEPT_AFTER_STOP = {
+    "collect": "the sampled and judged chunks that finished are in the cache (--cache-dir): the same command "
+               "resumes from them",
+    "demo": "the finished chunks are in the demo's cache: `prefdata demo` again resumes from them",
+    "train": "no model was written to the output folder",
+}
+STOP_GRACE_S = 6.0
+
+
+def _stopped_line(command: str | None, signum: int) -> str:
+    import signal
+
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    kept = KEPT_AFTER_STOP.get(command or "", "its temporary folders removed")
+    return f"prefdata: stopped by {name} ({kept}; the store keeps no half-written version)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -635,17 +656,24 @@ def main(argv: list[str] | None = None) -> None:
         home = os.path.abspath(os.path.join(".prefdata", "prefect"))
         os.makedirs(home, exist_ok=True)  # Prefect makes only the last folder
         os.environ["PREFECT_HOME"] = home
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if command not in _FLOW_COMMANDS and threading_main() else None
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if command != "serve" and threading_main() else None
+    if command in KEPT_AFTER_STOP and argv is None:  # a real command line, not main() inside another program
+        from prefdata.processes import deadline_after_signal
+
+        deadline_after_signal(STOP_GRACE_S, lambda signum: _stopped_line(command, signum))
     try:
         code = app(args=args, prog_name="prefdata", standalone_mode=False)
+        if code == 130:  # Ctrl-C: typer turns KeyboardInterrupt into Exit(130), which click returns
+            print(_stopped_line(command, signal.SIGINT) if command in KEPT_AFTER_STOP else "prefdata: aborted",
+                  file=sys.stderr)
     except Terminated:
-        print("prefdata: stopped by SIGTERM (its temporary folders removed; the store keeps no half-written version)",
-              file=sys.stderr)
+        print(_stopped_line(command, signal.SIGTERM), file=sys.stderr)
         code = 143
     except (click.exceptions.Exit, typer.Exit) as exc:
         code = exc.exit_code
     except (click.exceptions.Abort, typer.Abort):
-        _console(stderr=True).print("prefdata: aborted")
+        print(_stopped_line(command, signal.SIGINT) if command in KEPT_AFTER_STOP else "prefdata: aborted",
+              file=sys.stderr)
         code = 130
     # Usage errors (unknown option, missing argument, bad value): exit 2 with click's own message.
     # typer >= 0.24 raises its own copies of click's exceptions, hence both classes.
@@ -671,6 +699,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)",
                   file=sys.stderr)
             code = 3
+    except BaseException as exc:  # noqa: BLE001
+        # Prefect's flow engine turns a SIGTERM during a flow into TerminationSignal (a BaseException);
+        # after its crash report it ends the command here.
+        if type(exc).__name__ != "TerminationSignal":
+            raise
+        print(_stopped_line(command, signal.SIGTERM), file=sys.stderr)
+        code = 143
     finally:
         if previous is not None:  # main() also runs inside other programs (the tests): theirs again
             signal.signal(signal.SIGTERM, previous)

@@ -176,7 +176,9 @@ def collect_command(
     # Each stage's progress on stderr while the flow runs, read from its task runs in Prefect's API;
     # --humans queue only writes a file (no task, nothing to follow).
     stages = [s for s in STAGES if s.label != "humans" or humans == "argilla"]
-    with followed(stages, display(stages)):
+    from prefdata.flows.server import temporary_api
+
+    with temporary_api(), followed(stages, display(stages)):
         result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
     verdicts = result["judge"]
     say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")

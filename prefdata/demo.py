@@ -138,10 +138,13 @@ def run_demo(out_dir: Path, config: DemoConfig | None = None, say: Callable[[str
     # Each round samples from the model the previous round trained, on fresh prompts, and its draft
     # names the previous round's validated version as its parent.
     rounds, policy, parent = [], str(world.sft), None
-    for number in range(1, config.rounds + 1):
-        done = _round(number, config, world, policy, parent, out_dir, general, stages, say)
-        rounds.append(done)
-        policy, parent = done["model_dir"], done["dataset_version"]
+    from prefdata.flows.server import temporary_api
+
+    with temporary_api():  # one Prefect server for every round's flows, out of reach of group signals
+        for number in range(1, config.rounds + 1):
+            done = _round(number, config, world, policy, parent, out_dir, general, stages, say)
+            rounds.append(done)
+            policy, parent = done["model_dir"], done["dataset_version"]
     summary = _demo_summary(config, world, before, rounds, stages, time.perf_counter() - started)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out_dir / "summary.md").write_text(render_summary(summary))

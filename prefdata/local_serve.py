@@ -52,7 +52,13 @@ class TransformersServe:
         self._log = self.log_path.open("wb")
         if not Path(serve_command(self.port)[0]).is_file():
             raise PrefdataError("the `transformers` command is missing: pip install 'transformers[serving]'")
-        self.process = subprocess.Popen(serve_command(self.port, self.extra_flags), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        from prefdata.processes import own_session, register
+
+        # its own session: a signal to the command's process group leaves the judge up while the
+        # command stops; it ends with the command (stop(), or the kernel if the command is killed)
+        self.process = subprocess.Popen(serve_command(self.port, self.extra_flags), stdout=self._log,
+                                        stderr=subprocess.STDOUT, env=self.env, **own_session())
+        register(self.stop)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -67,6 +73,9 @@ class TransformersServe:
         raise PrefdataError(f"transformers serve did not answer /health in {self.ready_timeout:.0f}s:\n{self.log_tail()}")
 
     def stop(self) -> None:
+        from prefdata.processes import unregister
+
+        unregister(self.stop)
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()  # this pid only
             try:
