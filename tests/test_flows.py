@@ -129,7 +129,9 @@ TOY_WAIVERS = textwrap.dedent("""\
 """)
 
 
-def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(collected, prefect_api):
+def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(collected, prefect_api, tmp_path):
+    import shutil
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -137,27 +139,30 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
     from prefdata.flows.train import train
 
     tmp, result = collected
-    store = str(tmp / "store")
-    report = validate(result["version"], Checks(report_dir=str(tmp / "report")), store)
+    # Its own copy of the collected store: publishing changes the version's status, and the other
+    # tests read the collected draft in whatever order they run.
+    store = str(tmp_path / "store")
+    shutil.copytree(tmp / "store", store)
+    report = validate(result["version"], Checks(report_dir=str(tmp_path / "report")), store)
     with get_client(sync_client=True) as client:
         table = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["checklist-world-arithmetic"])))
         summary = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["checklist-world-arithmetic-summary"])))
     rows = json.loads(table[0].data) if isinstance(table[0].data, str) else table[0].data
     assert [r["id"] for r in rows] == [c["id"] for c in report["report"]["checks"]]
-    assert f"file://{tmp / 'report'}" in summary[0].data and (tmp / "report" / "report.md").is_file()
+    assert f"file://{tmp_path / 'report'}" in summary[0].data and (tmp_path / "report" / "report.md").is_file()
     assert Store(store).get(result["version"]).status == "draft"  # validate never changes a status
 
     # The default checklist refuses a toy set (12 prompts, no safety/style categories...): rejected.
-    state = publish(result["version"], Checks(report_dir=str(tmp / "report")), store=store, return_state=True)
+    state = publish(result["version"], Checks(report_dir=str(tmp_path / "report")), store=store, return_state=True)
     assert state.is_failed() and "not published" in state.message and "min_size" in state.message
     assert Store(store).get(result["version"]).status == "rejected"
 
     # With the toy's waivers it passes, becomes validated, and schedules the training deployment.
-    waivers = tmp / "toy-checklist.yaml"
+    waivers = tmp_path / "toy-checklist.yaml"
     waivers.write_text(TOY_WAIVERS)
     train.to_deployment("train").apply()
-    out = publish(result["version"], Checks(config=str(waivers), report_dir=str(tmp / "report")),
+    out = publish(result["version"], Checks(config=str(waivers), report_dir=str(tmp_path / "report")),
                   train=TrainTrigger(deployment="train/train", method="dpo", base_model="world"), store=store)
     assert Store(store).get(result["version"]).status == "validated" and out["train_flow_run"]
     with get_client(sync_client=True) as client:
