@@ -5,7 +5,7 @@ before any work starts, naming the field. No Prefect import here.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -68,6 +68,23 @@ class Judge(_Params):
     retry_delays_s: list[float] = Field([10.0, 60.0, 300.0], description="A judging task whose pairs could not all be "
                                         "judged (server down after the per-request retries) is retried after these "
                                         "delays; it is never cached with missing verdicts.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, data: Any) -> Any:
+        """A judge given as a spec string (prefdata.specs), the syntax of `collect --judge`:
+        judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:module:function" or "world"."""
+        if not isinstance(data, str):
+            return data
+        from prefdata.specs import parse_spec
+
+        spec = parse_spec(data, ("llm", "rm", "rule"), "judge")
+        if spec.kind == "llm":
+            return {"kind": "llm", "model": spec.target, "base_url": spec.base_url,
+                    **({"template": spec.template} if spec.template else {})}
+        if spec.kind == "rm":
+            return {"kind": "reward_model", "model": spec.target}
+        return {"kind": "verifier", "verifier": spec.target}
 
     @model_validator(mode="after")
     def _needs(self) -> "Judge":

@@ -448,6 +448,19 @@ def test_prefdata_help_stays_light():
 # -- parameters ----------------------------------------------------------------------------------
 
 
+def test_a_judge_parameter_takes_the_command_lines_spec():
+    """judge: "..." in a flow's parameters or a deployment's config reads like `collect --judge`."""
+    from prefdata.errors import UnusableInput
+
+    assert Judge.model_validate("world") == Judge(kind="verifier", verifier="prefdata.world:verify")
+    assert Judge.model_validate("llm:big@http://127.0.0.1:8001/v1:world-judge-v2") == Judge(
+        kind="llm", model="big", base_url="http://127.0.0.1:8001/v1", template="world-judge-v2")
+    assert Judge.model_validate("llm:/models/judge") == Judge(kind="llm", model="/models/judge")
+    assert Judge.model_validate("rm:/models/rm") == Judge(kind="reward_model", model="/models/rm")
+    with pytest.raises(UnusableInput, match="judge 'lm:/x': use llm:"):
+        Judge.model_validate("lm:/x")
+
+
 def test_parameters_refuse_what_cannot_work():
     from pydantic import ValidationError
 
