@@ -806,3 +806,35 @@ def test_weights_and_biases_offline_records_the_run(dataset, world, tmp_path, mo
     assert len(runs) == 1 and runs[0].stat().st_size > 0, list(tmp_path.rglob("*"))[:20]
     assert not _tensorboard_scalars(tmp_path / "dpo")  # only the tracker asked for
     assert result.metrics["log"]
+
+
+def test_sigterm_stops_a_training_run_with_one_line_and_no_model(dataset, world, tmp_path):
+    """SIGTERM (a scheduler's stop, `timeout`) to `prefdata train` mid-run: exit 143 in seconds, one
+    line saying that no model was written, and no model in the output folder."""
+    import signal
+    import time
+
+    (tmp_path / "long.yaml").write_text(json.dumps({"max_steps": 100000, "per_device_train_batch_size": 8}))
+    out = tmp_path / "dpo"
+    env = {**os.environ, "PREFDATA_STORE": dataset["store"]}
+    err = tmp_path / "stderr.txt"
+    process = subprocess.Popen([sys.executable, "-m", "prefdata", "train", "dpo", "--dataset", dataset["ref"],
+                                "--config", str(tmp_path / "long.yaml"), "--base-model", str(world.sft),
+                                "--output-dir", str(out)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=err.open("w"), start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not ((out / "train.log").is_file() and (out / "train.log").read_text()):  # its first step is logged
+        assert process.poll() is None, err.read_text()[-2000:]
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)  # a bound so a hang fails; the command's own deadline is 6 s
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err.read_text()[-2000:]
+    assert err.read_text().strip().splitlines()[-1] == (
+        "prefdata: stopped by SIGTERM (no model was written to the output folder; the store keeps no half-written "
+        "version)")
+    assert not list(out.rglob("*.safetensors"))
