@@ -449,7 +449,8 @@ def _show_train_config(method: str) -> None:
 @app.command("train")
 def train_command(
     method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
-    dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version (required unless --show-config).")] = None,
+    version: Annotated[Optional[str], typer.Argument(metavar="[NAME@VERSION]", help="A validated version, as every other command takes it (or --dataset).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version: the argument's older spelling.")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
     base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
@@ -464,8 +465,11 @@ def train_command(
     if show_config:
         _show_train_config(method)
         return 0
+    if version and dataset and version != dataset:
+        raise UnusableInput(f"train: two versions given ({version} and --dataset {dataset}): give one")
+    dataset = version or dataset
     if not dataset:
-        raise UnusableInput("train: --dataset NAME@VERSION is required (a validated version); "
+        raise UnusableInput(f"train: which version? `prefdata train {method} NAME@VERSION` (a validated version); "
                             f"`prefdata train {method} --show-config` lists the config without one")
     writable_dir(output_dir, "--output-dir")
     console = _console()

@@ -58,6 +58,14 @@ def test_train_output_dir_that_is_a_file_and_world_eval_of_no_model(store_root, 
     one_line_exit_2(cli("world", "eval", "/nonexistent/model", store=store_root), "/nonexistent/model not found")
 
 
+def test_train_takes_the_version_as_its_argument_or_as_dataset_never_two(store_root):
+    one_line_exit_2(cli("train", "dpo", store=store_root), "which version? `prefdata train dpo NAME@VERSION`")
+    one_line_exit_2(cli("train", "dpo", "a@1", "--dataset", "b@2", store=store_root), "two versions given")
+    # one version, either spelling: refused for the same reason (it is not in the store), not for its form
+    for args in (("train", "dpo", "d@abcd"), ("train", "dpo", "--dataset", "d@abcd")):
+        one_line_exit_2(cli(*args, store=store_root), "no dataset named 'd' in the store")
+
+
 def test_argilla_pull_into_a_folder_is_refused_before_any_server_is_asked(store_root, tmp_path):
     (tmp_path / "votes.parquet").mkdir()
     one_line_exit_2(cli("argilla", "pull", "--dataset", "d", "--out", str(tmp_path / "votes.parquet"),
