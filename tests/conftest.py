@@ -29,6 +29,20 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+# The files that take minutes, longest first. `make test` splits the suite over worker processes by
+# file (pytest-xdist --dist loadfile), handing files out in collection order: one of these handed out
+# last would run alone at the end. They go first; the shuffled order (pytest-random-order) holds
+# for every other file and inside each file.
+LONG_FILES = ("test_trainers.py", "test_argilla.py", "test_demo.py", "test_flows.py", "test_signals.py",
+              "test_schedule.py", "test_checklist.py")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: other orders kept
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter):
     """After the short summary, just above pytest's closing counts: one line naming the tests that did
