@@ -86,12 +86,17 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     # The data first, before the method, the config or the model load: a version that is not
     # validated, or whose files or signed status fail verify, is refused at once (exit 1).
     data = load_validated(dataset, store)  # one held-out split per version, whatever the training seed
-    plugin = load(method)
+    if method not in targets():
+        load(method)  # the one line naming the known methods
     values = dict(config) if isinstance(config, dict) else load_config_file(config)
     if base_model is not None:
         values["base_model"] = str(base_model)
     if not values.get("base_model"):
         raise UnusableInput(f"{method}: no base model: set base_model in the config or pass --base-model")
+    # a path that is not a model: one line, exit 2, before the method's libraries load (TRL and torch
+    # take seconds to import; a mistyped path should not)
+    check_base_model(values["base_model"])
+    plugin = load(method)
     output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
@@ -99,7 +104,6 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
         if getattr(cfg, field, None):
             read_sft_file(getattr(cfg, field))
     waivers = check_waivers(data, getattr(cfg, "allowed_waivers", None))  # exit 1 for a waiver outside the list
-    check_base_model(cfg.base_model)  # a path that is not a model: one line, exit 2, before any loading
     check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
     if reports_to(getattr(cfg, "report_to", None), "tensorboard"):
