@@ -27,12 +27,18 @@ def slow(prompt, completion):
 '''
 
 
-def collect_until_judging(tmp_path: Path) -> tuple[subprocess.Popen, list, Path]:
+@pytest.fixture(scope="module")
+def prefect_home(tmp_path_factory) -> Path:
+    """One Prefect home for the module's runs: its database is created (and migrated) once."""
+    return tmp_path_factory.mktemp("prefect")
+
+
+def collect_until_judging(tmp_path: Path, prefect_home: Path) -> tuple[subprocess.Popen, list, Path]:
     """`prefdata collect` on the demo world with a slow verifier, in a process group of its own (as a
     shell runs a job), up to its judge stage; with the processes it started by then."""
     (tmp_path / "slow_rules.py").write_text(SLOW_RULE)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PYTHONPATH=str(tmp_path), PREFECT_HOME=str(tmp_path / "prefect"))
+    env.update(PYTHONPATH=str(tmp_path), PREFECT_HOME=str(prefect_home))
     err = tmp_path / "stderr.txt"
     process = subprocess.Popen(
         [sys.executable, "-m", "prefdata", "collect", "--prompts", "world", "--n", "4", "--policy", "world",
@@ -60,8 +66,9 @@ def survivors(children: list, wait_s: float = 10.0) -> list[str]:
 
 
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
-def test_a_signal_to_the_group_stops_collect_with_one_line_and_no_survivor(tmp_path, signum, code, name):
-    process, children, err = collect_until_judging(tmp_path)
+def test_a_signal_to_the_group_stops_collect_with_one_line_and_no_survivor(tmp_path, prefect_home, signum, code,
+                                                                          name):
+    process, children, err = collect_until_judging(tmp_path, prefect_home)
     os.killpg(process.pid, signum)  # what `timeout`, a scheduler or Ctrl-C in a shell sends
     try:
         process.wait(timeout=30)  # a bound so a hang fails the test; the command's own deadline is 6 s
@@ -77,9 +84,9 @@ def test_a_signal_to_the_group_stops_collect_with_one_line_and_no_survivor(tmp_p
     assert not (tmp_path / "store").exists() or not list((tmp_path / "store").rglob("manifest.json"))
 
 
-def test_a_killed_collect_leaves_no_server_behind(tmp_path):
+def test_a_killed_collect_leaves_no_server_behind(tmp_path, prefect_home):
     """kill -9 runs no handler at all: the kernel stops the server (PR_SET_PDEATHSIG)."""
-    process, children, _ = collect_until_judging(tmp_path)
+    process, children, _ = collect_until_judging(tmp_path, prefect_home)
     process.kill()
     process.wait(timeout=30)
     assert survivors(children) == []

@@ -750,7 +750,7 @@ def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
 
 def test_show_config_prints_every_field_with_default_and_help(tmp_path):
     """Issue 15: `prefdata train METHOD --show-config` lists every field of the method's config (TRL's
-    and prefdata's) with its default and help, without a dataset or any training; --dataset stays
+    and prefdata's) with its default and help, without a dataset or any training; the version stays
     required otherwise (one line, exit 2)."""
     import dataclasses
 
@@ -773,7 +773,7 @@ def test_show_config_prints_every_field_with_default_and_help(tmp_path):
     assert not any(line.startswith(("lr:", "steps:", "batch_size:")) for line in ppo.stdout.splitlines())
     missing = cli("train", "dpo", store=tmp_path / "store")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
-    assert "--dataset" in missing.stderr and "Traceback" not in missing.stderr
+    assert "prefdata train dpo NAME@VERSION" in missing.stderr and "Traceback" not in missing.stderr
 
 
 @pytest.mark.parametrize("old, new", [("lr", "learning_rate"), ("steps", "max_steps"),
