@@ -10,10 +10,13 @@ export PREFECT_HOME ?= $(CURDIR)/.prefdata/prefect
 export PREFDATA_STORE ?= $(CURDIR)/.prefdata/store
 SAMPLE ?= ../shared/data/hh-rlhf-harmless/test.jsonl.gz
 PYTEST_ARGS ?= -m "not slow"
-# Test files run in two processes (pytest-xdist; a file's tests stay together, with its servers):
-# most tests wait on subprocesses and servers, so two cores do the suite in about two thirds of the
-# time. PYTEST_WORKERS=0 runs it in one process.
+# Test files run in two processes (pytest-xdist; a file's tests stay together, with its servers).
+# PYTEST_WORKERS=0 runs them in one.
 PYTEST_WORKERS ?= 2
+# Two workers on two cores: torch's OpenMP threads wait passively instead of spinning, or each
+# worker's threads spin against the other's (PPO's tests on two workers: 63 s spinning, 26 s passive;
+# see prefdata/world/build.py for the same effect on one training run).
+TEST_ENV := OMP_WAIT_POLICY=PASSIVE
 
 .PHONY: setup test-deps demo hh-walkthrough test test-all
 
@@ -34,7 +37,7 @@ hh-walkthrough: setup
 
 # pytest exits 5 when it collected no test: that is a failure here, never a silent pass.
 test: test-deps
-	@$(VENV)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	@$(TEST_ENV) $(VENV)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: failing"; exit 1; fi; exit $$rc
 
 test-all: PYTEST_ARGS :=

@@ -137,7 +137,7 @@ def test_hh_rlhf_transcripts_as_parquet(tmp_path, shared_data):
         {"chosen": None, "rejected": "\n\nHuman: hi\n\nAssistant: b"},
     ]
     pl.DataFrame(rows, schema={"chosen": pl.String, "rejected": pl.String}).write_parquet(tmp_path / "hh.parquet")
-    assert_same_import(tmp_path / "hh.parquet", small_batches=(997, 3))
+    assert_same_import(tmp_path / "hh.parquet", small_batches=(997, 41))  # dozens of batches: rules carried across
     result = import_file(tmp_path / "hh.parquet")
     assert result.format == "hh-rlhf" and result.kept == 2312
     assert result.reasons == {"identical_responses": 2, "hh_no_shared_prompt": 1, "empty_text:chosen": 1,
