@@ -633,7 +633,7 @@ _FLOW_COMMANDS = {"collect", "demo", "serve"}
 KEPT_AFTER_STOP = {
     "collect": "the sampled and judged chunks that finished are in the cache (--cache-dir): the same command "
                "resumes from them",
-    "demo": "the finished chunks are in the demo's cache: `prefdata demo` again resumes from them",
+    "demo": "its finished sampling and judging chunks are in OUT/cache: the same command resumes from them",
     "train": "no model was written to the output folder",
 }
 STOP_GRACE_S = 6.0
