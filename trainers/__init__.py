@@ -93,17 +93,19 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
         values["base_model"] = str(base_model)
     if not values.get("base_model"):
         raise UnusableInput(f"{method}: no base model: set base_model in the config or pass --base-model")
-    # a path that is not a model: one line, exit 2, before the method's libraries load (TRL and torch
-    # take seconds to import; a mistyped path should not)
+    # What the config names is checked before the method's libraries load (TRL and torch take seconds
+    # to import; a mistyped path should not): an SFT file that is missing or unreadable (exit 2), a
+    # waiver outside allowed_waivers (exit 1), a base model that is not a model (exit 2).
+    for field in ("general_sft", "eval_sft"):
+        if values.get(field):
+            read_sft_file(values[field])
+    allowed = values.get("allowed_waivers")  # a wrong type is parse_config's one line, below
+    waivers = check_waivers(data, allowed if isinstance(allowed, list) else None)
     check_base_model(values["base_model"])
     plugin = load(method)
     output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
-    for field in ("general_sft", "eval_sft"):  # an SFT file that is missing or unreadable: exit 2 before any loading
-        if getattr(cfg, field, None):
-            read_sft_file(getattr(cfg, field))
-    waivers = check_waivers(data, getattr(cfg, "allowed_waivers", None))  # exit 1 for a waiver outside the list
     check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
     if reports_to(getattr(cfg, "report_to", None), "tensorboard"):
