@@ -644,7 +644,8 @@ def _stopped_line(command: str | None, signum: int) -> str:
 
     name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
     kept = KEPT_AFTER_STOP.get(command or "", "its temporary folders removed")
-    return f"prefdata: stopped by {name} ({kept}; the store keeps no half-written version)"
+    # on a line of its own: a progress bar (the trainer's tqdm) may have left the cursor mid-line
+    return f"\nprefdata: stopped by {name} ({kept}; the store keeps no half-written version)"
 
 
 def main(argv: list[str] | None = None) -> None:
