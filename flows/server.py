@@ -12,7 +12,6 @@ reach, and tied to the command: stopped by pid when the command ends, and by the
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,15 +21,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from prefdata.errors import PrefdataError
+from prefdata.local_serve import free_port
 from prefdata.processes import own_session, register, unregister
 
 STARTUP_TIMEOUT_S = 120.0  # a loaded 2-core machine has needed more than Prefect's default 20 s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _healthy(url: str) -> bool:
@@ -78,7 +72,7 @@ def temporary_api() -> Iterator[str]:
         yield PREFECT_API_URL.value()
         return
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
            **get_current_settings().to_environment_variables(exclude_unset=True)}

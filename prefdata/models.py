@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from prefdata.errors import PrefdataError, UnusableInput
 
@@ -41,7 +41,7 @@ def is_gguf(path: str | Path) -> bool:
     return str(path).lower().endswith(GGUF_SUFFIX)
 
 
-def local_model(path: str | Path, log: Callable[[str], None] | None = None) -> str:
+def local_model(path: str | Path) -> str:
     """`path` as from_pretrained takes it: unchanged, unless it names a GGUF file, which becomes its
     converted folder in the cache ($PREFDATA_MODELS or .prefdata/models), converted on first use."""
     if not is_gguf(path):
@@ -55,7 +55,6 @@ def local_model(path: str | Path, log: Callable[[str], None] | None = None) -> s
         with FileLock(str(target) + ".lock"):
             if not (target / MANIFEST).is_file():  # another process may have converted it meanwhile
                 shutil.rmtree(target, ignore_errors=True)
-                (log or (lambda _m: None))(f"converting {source.name} once into {target} (cached by its sha256)")
                 import_gguf(source, target)
     return str(target)
 

@@ -18,6 +18,7 @@ checks.direction.check_label_direction. An unparseable verdict is undecided, nev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import polars as pl
 
@@ -31,10 +32,10 @@ VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "labe
 SCORER_KINDS = ("verdicts", "rm", "lm", "llm", "rule")
 
 
-def parse_spec(spec: str, notice=None) -> Spec:
+def parse_spec(spec: str, notice: Callable[[str], None] | None = None) -> Spec:
     from prefdata.specs import parse_spec as parse
 
-    return parse(spec, SCORER_KINDS, "--scorer", **({"notice": notice} if notice else {}))
+    return parse(spec, SCORER_KINDS, "--scorer", notice)
 
 
 def check_spec(spec: str) -> Spec:

@@ -51,15 +51,16 @@ def _stderr_notice(message: str) -> None:
 
 
 def parse_spec(spec: str, allowed: tuple[str, ...], option: str,
-               notice: Callable[[str], None] = _stderr_notice) -> Spec:
+               notice: Callable[[str], None] | None = None) -> Spec:
     """`spec` as a Spec, one of the `allowed` kinds; UnusableInput (one line naming the allowed
-    spellings) otherwise. `option` names where it came from (--judge, --scorer, judge...)."""
+    spellings) otherwise. `option` names where it came from (--judge, --scorer, judge...); `notice`
+    says an old spelling's new name (default: one line on stderr)."""
     usage = "; ".join(USAGE[k] for k in allowed) + (f"; or {WORLD}" if "rule" in allowed else "")
     if spec == WORLD and "rule" in allowed:
         return Spec("rule", WORLD_VERIFIER)
     kind, sep, target = spec.partition(":")
     if kind in RENAMED:
-        notice(f"{option} {spec!r}: '{kind}:' is now '{RENAMED[kind]}:', as everywhere a judge is named "
+        (notice or _stderr_notice)(f"{option} {spec!r}: '{kind}:' is now '{RENAMED[kind]}:', as everywhere a judge is named "
                f"(the old spelling still works)")
         kind = RENAMED[kind]
     if not sep or not target or kind not in allowed:

@@ -269,11 +269,11 @@ def check_base_model(spec: str) -> None:
     """Refuse, in one line (exit 2), a base model that cannot load, before any training starts: a
     missing path, a folder or file that is not a saved model, a hub name that cannot be fetched. A GGUF
     file is converted here, once (prefdata.models), so the checks below read the converted folder."""
-    from prefdata.models import is_gguf, load_config, local_model
+    from prefdata.models import load_config, local_model
 
     fix = ("give a model folder written by save_pretrained (config.json and weights; the demo world's "
            "is printed by `prefdata world build`), a .gguf file or a hub model name")
-    path = Path(local_model(spec) if is_gguf(spec) else spec).expanduser()
+    path = Path(local_model(spec)).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise UnusableInput(f"base model {spec} is a {'folder' if path.is_dir() else 'file'} without config.json, "
