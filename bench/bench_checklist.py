@@ -41,7 +41,7 @@ def one_size(n: int) -> dict:
 
     from bench.synth import make_synthetic_pairs
     from prefdata.checks.checklist import CheckInputs, _registry, load_config, run_checklist
-    from prefdata.store import sft_subset
+    from prefdata.data.store import sft_subset
 
     pairs, truth = make_synthetic_pairs(n)
     rng = np.random.default_rng(1)

@@ -72,7 +72,7 @@ class DelayProxy(LocalHTTPServer):
 
 def timed(base_url: str, model: str, pairs, concurrency: int, max_tokens: int, repeats: int) -> dict:
     """Fastest seconds and last report of each mode; the modes alternate so drift hits both."""
-    from prefdata.judging import PairwiseLLMJudge
+    from prefdata.collect.judging import PairwiseLLMJudge
 
     judges = {name: PairwiseLLMJudge(base_url, model, concurrency=c, max_tokens=max_tokens, timeout=300)
               for name, c in (("sequential", 1), (f"concurrent ({concurrency})", concurrency))}
@@ -98,7 +98,7 @@ def show(title: str, results: dict, n_pairs: int, repeats: int) -> None:
 
 
 def make_pairs(n: int):
-    from prefdata.judging import PairToJudge
+    from prefdata.collect.judging import PairToJudge
 
     rng = random.Random(0)
     pairs = []
@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--serve-flag", action="append", default=[], help="extra `transformers serve` flag (repeatable)")
     args = ap.parse_args()
 
-    from prefdata.local_serve import TransformersServe, serve_command
+    from prefdata.collect.local_serve import TransformersServe, serve_command
     from bench.tiny_models import build_tiny_llama, n_params
 
     tmp = tempfile.TemporaryDirectory()

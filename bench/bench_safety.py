@@ -77,7 +77,7 @@ def main() -> None:
               f"| {tp / len(unsafe):.3f} ({tp}) |")
 
     pandalm = pl.read_json(DATA / "pandalm" / "testset-v1.json")
-    from prefdata.importer import import_file
+    from prefdata.data.importer import import_file
 
     hh = import_file(DATA / "hh-rlhf-harmless" / "test.jsonl.gz").pairs
     sets = {

@@ -71,7 +71,7 @@ def main() -> None:
     import torch
 
     from bench.tiny_models import build_tiny_llama, n_params
-    from prefdata.sampling import SamplingParams, TransformersSampler
+    from prefdata.collect.sampling import SamplingParams, TransformersSampler
 
     if args.threads:
         torch.set_num_threads(args.threads)

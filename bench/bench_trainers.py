@@ -41,8 +41,8 @@ def cli(*args: str, store: Path) -> str:
 
 def make_dataset(work: Path, n_prompts: int, candidates: int = 8) -> tuple[str, dict]:
     """A validated version from sampled candidates and verifier-judged best-vs-worst pairs."""
-    from prefdata.pairing import build_pairs
-    from prefdata.sampling import SamplingParams, TransformersSampler
+    from prefdata.collect.pairing import build_pairs
+    from prefdata.collect.sampling import SamplingParams, TransformersSampler
     from prefdata.world import WorldConfig, build_world, sampling_prompts, verify
 
     config = WorldConfig()

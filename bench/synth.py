@@ -3,7 +3,7 @@
 SYNTHETIC DATA: texts are random sequences of made-up words, not language. Use real data
 (../shared/data) for anything about content; use this only where scale or known ground truth
 matters (dedup speed, recall). `prompt_id` / `pair_id` here are polars 64-bit hashes written as
-20-digit strings, not the sha256 ids of `prefdata.records` (computing those for a million rows
+20-digit strings, not the sha256 ids of `prefdata.data.records` (computing those for a million rows
 would dominate the benchmark).
 
 `make_synthetic_pairs(n, seed)` returns (frame, truth). The frame has the columns

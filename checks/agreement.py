@@ -16,7 +16,9 @@ import numpy as np
 import polars as pl
 
 from prefdata.checks.base import CheckResult, skip
-from prefdata.records import VOTE_VALUES
+from prefdata.data.records import VOTE_VALUES
+# how votes become labels lives with the data (the importer aggregates with it); re-exported here
+from prefdata.data.votes import DS_MAX_ITERATIONS, DS_TOLERANCE, dawid_skene, dawid_skene_labels, majority_labels  # noqa: F401
 
 CHECK_ID = "agreement"
 # Seed checklist item 4: pairs labelled by several annotators separately, "IAA >= 0.6".
@@ -180,18 +182,6 @@ def votes_matrix(votes: pl.DataFrame) -> tuple[list[Any], list[Any], np.ndarray]
     return annotators, pair_ids, matrix
 
 
-def majority_labels(votes: pl.DataFrame) -> pl.DataFrame:
-    """pair_id, label (the vote given by more than half the voters, else null), n_votes."""
-    counted = votes.drop_nulls("vote").group_by("pair_id", "vote").len("k")
-    totals = counted.group_by("pair_id").agg(pl.col("k").sum().alias("n_votes"))
-    winners = counted.join(totals, on="pair_id").filter(pl.col("k") * 2 > pl.col("n_votes"))
-    return (
-        totals.join(winners.select("pair_id", pl.col("vote").alias("label")), on="pair_id", how="left")
-        .select("pair_id", "label", "n_votes")
-        .sort("pair_id")
-    )
-
-
 def majority_agreement(votes: pl.DataFrame) -> dict[str, float]:
     """Share of each annotator's votes that match the majority label, on pairs with >= 2 votes and a
     majority. Not leave-one-out: the annotator's own vote counts toward the majority, which flatters
@@ -212,65 +202,6 @@ DEFAULT_MAX_QUALITY_GAP = 0.2
 DEFAULT_MIN_ANNOTATOR_QUALITY = 0.5
 # Too few votes make a quality estimate noise: no flag below this many.
 DEFAULT_MIN_ANNOTATOR_VOTES = 10
-DS_MAX_ITERATIONS = 500
-DS_TOLERANCE = 1e-4  # on any pair's posterior: EM crawls near a rare class (ties), so not tighter
-_DS_SMOOTHING = 0.01  # pseudo-count per confusion cell: a class an annotator never saw stays defined
-
-
-def dawid_skene(votes: pl.DataFrame, max_iterations: int = DS_MAX_ITERATIONS,
-                tolerance: float = DS_TOLERANCE) -> dict[str, Any]:
-    """Each annotator's confusion matrix and each pair's label posterior, by EM (Dawid & Skene 1979,
-    "Maximum likelihood estimation of observer error-rates using the EM algorithm"; the model behind
-    cleanlab's multi-annotator scores, the field's anchor for annotator quality).
-
-    The classes are the distinct votes (a, b and tie: a tie is a third class, not missing). The
-    start is deterministic: each pair's share of votes per class (soft majority vote). EM stops when
-    no posterior moves by more than `tolerance`, or after `max_iterations`.
-
-    Returns classes, pair_ids, annotators, labels (pair -> most probable class), posteriors
-    (pairs x classes), quality (annotator -> sum over classes of prior x P(votes the class | it is
-    true): the accuracy the annotator would have against the true labels), n_votes, iterations.
-    """
-    votes = votes.select("pair_id", "annotator", pl.col("vote").cast(pl.String)).drop_nulls("vote")
-    classes = sorted(votes["vote"].unique().to_list())
-    annotators = sorted(votes["annotator"].unique().to_list())
-    pair_ids = sorted(votes["pair_id"].unique().to_list())
-    item = votes["pair_id"].replace_strict(pair_ids, list(range(len(pair_ids)))).to_numpy()
-    who = votes["annotator"].replace_strict(annotators, list(range(len(annotators)))).to_numpy()
-    said = votes["vote"].replace_strict(classes, list(range(len(classes)))).to_numpy()
-    n_items, n_classes, n_annotators = len(pair_ids), len(classes), len(annotators)
-
-    posterior = np.zeros((n_items, n_classes))
-    np.add.at(posterior, (item, said), 1.0)
-    posterior /= posterior.sum(axis=1, keepdims=True)
-    iterations = 0
-    for iterations in range(1, max_iterations + 1):
-        # M-step: class priors and every annotator's confusion matrix (true class x vote)
-        prior = posterior.mean(axis=0)
-        confusion = np.full((n_annotators, n_classes, n_classes), _DS_SMOOTHING)
-        np.add.at(confusion, (who, slice(None), said), posterior[item])
-        confusion /= confusion.sum(axis=2, keepdims=True)
-        # E-step: each pair's posterior over true classes given all its votes
-        log_post = np.tile(np.log(np.maximum(prior, 1e-12)), (n_items, 1))
-        np.add.at(log_post, item, np.log(confusion[who, :, said]))
-        log_post -= log_post.max(axis=1, keepdims=True)
-        updated = np.exp(log_post)
-        updated /= updated.sum(axis=1, keepdims=True)
-        moved = float(np.abs(updated - posterior).max())
-        posterior = updated
-        if moved < tolerance:
-            break
-    prior = posterior.mean(axis=0)
-    quality = {str(a): float(prior @ np.diag(confusion[j])) for j, a in enumerate(annotators)}
-    return {
-        "classes": classes, "pair_ids": pair_ids, "annotators": [str(a) for a in annotators],
-        "labels": {p: classes[k] for p, k in zip(pair_ids, posterior.argmax(axis=1).tolist())},
-        "posteriors": posterior, "quality": quality,
-        "n_votes": {str(a): int(n) for a, n in zip(annotators, np.bincount(who, minlength=n_annotators))},
-        "iterations": iterations,
-    }
-
-
 def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP,
                       min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
                       min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES) -> list[dict[str, Any]]:
@@ -285,14 +216,6 @@ def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_
                     and (q < min_annotator_quality or q < median - max_quality_gap)}
         for a, q in model["quality"].items()
     ]
-
-
-def dawid_skene_labels(votes: list[dict[str, Any]]) -> dict[Any, str]:
-    """pair_id -> the Dawid-Skene label, from long votes as dicts (the importer's `--aggregate dawid-skene`)."""
-    if not votes:
-        return {}
-    return dawid_skene(pl.DataFrame(votes, schema={"pair_id": pl.String, "annotator": pl.String,
-                                                   "vote": pl.String}))["labels"]
 
 
 def pairwise_cohen_kappa(votes: pl.DataFrame) -> dict[str, float | None]:

@@ -21,7 +21,7 @@ import polars as pl
 import yaml
 
 from prefdata.checks.base import CheckResult
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 
 @dataclass

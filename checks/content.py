@@ -34,7 +34,7 @@ from prefdata.checks.base import CheckResult, skip
 from prefdata.checks.frames import ids, len_bytes, row_blocks
 from prefdata.checks.ngrams import overlap_in_blocks, word_ngram_overlap  # noqa: F401 - word_ngram_overlap: public here too
 from prefdata.checks.tfidf import FEATURE_DIM, NGRAM_SIZES, tfidf_matrix, top_ngrams
-from prefdata.records import normalise_expr
+from prefdata.data.records import normalise_expr
 
 SAFETY_ID = "safety"
 COVERAGE_ID = "category_coverage"
@@ -663,7 +663,7 @@ def check_answer_leakage(
     column). A row is flagged for an answer text when
       - the text (whitespace-stripped, at least `min_chars` characters) appears verbatim in the prompt;
       - it has fewer than `ngram` words, at least `min_chars` characters, and appears in the prompt
-        after both are normalised (`prefdata.records.normalise_text`: NFKC, case folding,
+        after both are normalised (`prefdata.data.records.normalise_text`: NFKC, case folding,
         whitespace); or
       - more than `max_overlap` of its word `ngram`-grams occur in the prompt (`word_ngram_overlap`).
     `min_chars` (default 20) keeps one-word replies ("Yes.", "?", "") from matching every chat

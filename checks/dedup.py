@@ -3,7 +3,7 @@
 Deduplication is one of the seed's three filters ("去重 + 长度过滤": dedup + length filtering).
 
 Exact duplicates (`check_exact_duplicates`) compare texts after the same normalisation as
-`prefdata.records.normalise_text` (unicode NFKC, Unicode case folding, whitespace collapsed and
+`prefdata.data.records.normalise_text` (unicode NFKC, Unicode case folding, whitespace collapsed and
 stripped), through its polars twin `records.normalise_series`: identical results, so rows with one
 `pair_id` are exact duplicates here.
 
@@ -30,7 +30,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 import polars as pl
 
-from prefdata import records
+from prefdata.data import records
 
 from .base import CheckResult, skip
 from .frames import BLOCK_BYTES, len_bytes, row_blocks
@@ -61,7 +61,7 @@ MAX_EXAMPLES = 3  # offending rows named with the row they repeat, in details["e
 # normalisation
 
 
-# the one normaliser (prefdata.records): NFKC, Unicode case folding, whitespace; re-exported here
+# the one normaliser (prefdata.data.records): NFKC, Unicode case folding, whitespace; re-exported here
 # as the duplicate checks' block normaliser
 normalise_series = records.normalise_series
 

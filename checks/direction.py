@@ -1,6 +1,6 @@
 """Checklist item 8: chosen beats rejected by an independent scorer.
 
-The scorer runs elsewhere (prefdata.scoring: a reward model, a policy's log-probabilities, an LLM
+The scorer runs elsewhere (prefdata.gate.scoring: a reward model, a policy's log-probabilities, an LLM
 judge, or verdicts a judge already gave); this check only reads its verdicts, so it stays pure.
 """
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prefdata.targets import load_target
+from prefdata.base.targets import load_target
 
 from .base import CheckResult, skip
 from .batched import combine
@@ -92,7 +92,7 @@ def _combine(check_id: str, parts: list[tuple[int, CheckResult]]) -> CheckResult
 
 def _pair_keys(part: Any, offset: int) -> Any:
     """One partition's shuffle input: global row number, id, 64-bit hash and normalised pair text."""
-    from prefdata.records import normalise_series
+    from prefdata.data.records import normalise_series
 
     frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
     joined = pl.DataFrame({c: normalise_series(frame[c].cast(pl.String)) for c in ("prompt", "chosen", "rejected")})

@@ -28,8 +28,8 @@ from typing import Any
 
 import polars as pl
 
-from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
-from prefdata.records import normalise_expr
+from prefdata.data.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
+from prefdata.data.records import normalise_expr
 
 from .base import CheckResult, skip
 from .frames import has_text, ids, text_chars
@@ -126,7 +126,7 @@ def _safe_prefix_keys(pairs: pl.DataFrame, columns: Sequence[str], chars: int) -
 
 
 def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str = "rejected") -> pl.Series:
-    """Per row: `normalise_expr(a) == normalise_expr(b)` (prefdata.records, the one normaliser), as a
+    """Per row: `normalise_expr(a) == normalise_expr(b)` (prefdata.data.records, the one normaliser), as a
     Boolean Series named "identical".
 
     Normalising long texts is the slow part (NFKC and the whitespace regex cost seconds per million
@@ -303,7 +303,7 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
 
     Reasons (a row may have several; `details["reasons"]` counts each):
       identical       chosen equals rejected after NFKC, case folding and whitespace collapsing
-                      (`prefdata.records.normalise_text`); two empty sides count here too
+                      (`prefdata.data.records.normalise_text`); two empty sides count here too
       empty_chosen    chosen is null, empty or whitespace only
       empty_rejected  the same for rejected
       tie_label       the row's `id` is a comparison labelled "tie" in `comparisons`: a tie was

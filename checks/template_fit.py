@@ -49,7 +49,7 @@ HOW_TO_RUN = "no tokenizer given: run `prefdata check DATA --tokenizer MODEL_DIR
 def load_tokenizer(path: str) -> Any:
     """The tokenizer a trainer would load from `path` (a model folder or hub name, offline as the
     environment says); a path that has none raises ValueError with one line."""
-    from prefdata.models import load_tokenizer as load_model_tokenizer
+    from prefdata.models.loading import load_tokenizer as load_model_tokenizer
 
     try:
         return load_model_tokenizer(str(path))

@@ -1,6 +1,6 @@
 """The collect flow: prompts -> candidates -> pairs -> judge -> route -> humans -> votes -> a draft
 version in the store. It only wires: sampling, pairing, judging, routing and the store are
-prefdata's; the tables are assembled by prefdata/collection.py (pure functions).
+prefdata's; the tables are assembled by prefdata/collect/collection.py (pure functions).
 
     prompts ─> sample-and-judge (subflow; its task runner is `engine`: threads or Dask)
                  sample chunk ×N   cached on their inputs, results persisted   (model calls)
@@ -26,9 +26,9 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.concurrency.sync import concurrency
 
-from prefdata import collection
+from prefdata.collect import collection
 from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
-from prefdata.progress import Stage, chunk_name
+from prefdata.base.progress import Stage, chunk_name
 
 CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
 NETWORK_RETRY_DELAYS = [2.0, 10.0, 30.0]    # seconds: Argilla and sampling servers
@@ -41,13 +41,13 @@ _sampling_lock = threading.Lock()  # one in-process sampler at a time: torch see
 
 @functools.lru_cache(maxsize=2)
 def _local_sampler(model: str, revision: str | None):
-    from prefdata.sampling import TransformersSampler
+    from prefdata.collect.sampling import TransformersSampler
 
     return TransformersSampler(model, batch_size=1 << 16)  # one generate per chunk: results depend on the batch
 
 
 def sample(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
-    from prefdata.sampling import OpenAICompatibleSampler, SamplingParams
+    from prefdata.collect.sampling import OpenAICompatibleSampler, SamplingParams
 
     sampling = SamplingParams(**params)
     if runtime.get("base_url"):
@@ -62,7 +62,7 @@ def sample(prompts: list[str], model: str, revision: str | None, n: int, params:
 # lock inside it would not pickle.
 @task(name="sample", cache_policy=CACHED, persist_result=True)
 def sample_chunk(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
-    """n candidates for each prompt of one chunk (a list of lists of prefdata.sampling.Candidate).
+    """n candidates for each prompt of one chunk (a list of lists of prefdata.collect.sampling.Candidate).
     runtime["base_url"]: a server to sample from (not in the cache key: the same model anywhere)."""
     return sample(prompts, model, revision, n, params, runtime)
 
@@ -74,7 +74,7 @@ class JudgeUnavailable(RuntimeError):
 
 @functools.lru_cache(maxsize=2)
 def _reward_model(path: str):
-    from prefdata.judging import RewardModelJudge
+    from prefdata.collect.judging import RewardModelJudge
 
     return RewardModelJudge(path)
 
@@ -86,7 +86,7 @@ _IN_PROCESS_LOCK = threading.Lock()
 def _in_process_judge(identity: dict):
     """One loaded model for every judging task of this process (loading per chunk would cost more than
     judging it); another judge replaces it."""
-    from prefdata.judging import PairwiseLLMJudge
+    from prefdata.collect.judging import PairwiseLLMJudge
 
     key = (identity["model"], identity["template"], identity["max_tokens"])
     with _IN_PROCESS_LOCK:
@@ -97,7 +97,7 @@ def _in_process_judge(identity: dict):
 
 
 def make_judge(identity: dict, runtime: dict):
-    from prefdata.judging import PairwiseLLMJudge, RuleJudge
+    from prefdata.collect.judging import PairwiseLLMJudge, RuleJudge
 
     if identity["kind"] == "verifier":
         return RuleJudge(collection.import_target(identity["verifier"]), rule_name=identity["verifier"])
@@ -113,8 +113,8 @@ def make_judge(identity: dict, runtime: dict):
 
 @task(name="judge", cache_policy=CACHED, persist_result=True)
 def judge_chunk(items: list[dict], identity: dict, runtime: dict) -> list:
-    """Verdicts (prefdata.judging.Verdict) for one chunk of pairs, in order."""
-    from prefdata.judging import PairToJudge
+    """Verdicts (prefdata.collect.judging.Verdict) for one chunk of pairs, in order."""
+    from prefdata.collect.judging import PairToJudge
 
     pairs = [PairToJudge(i["prompt"], i["response_a"], i["response_b"], i["pair_id"], i.get("category"))
              for i in items]
@@ -140,7 +140,7 @@ def task_runner(engine: Engine):
         try:
             from prefect_ray import RayTaskRunner
         except ImportError:
-            from prefdata.errors import UnusableInput
+            from prefdata.base.errors import UnusableInput
 
             raise UnusableInput("engine runner 'ray' needs prefect-ray: pip install prefect-ray") from None
         return RayTaskRunner(address=engine.address) if engine.address else RayTaskRunner()
@@ -156,7 +156,7 @@ def task_runner(engine: Engine):
 
 def resolve_model(model: str) -> tuple[str, str | None]:
     """(path or name, revision): "world" is the demo world's SFT model, built or reused."""
-    from prefdata.sampling import model_revision
+    from prefdata.collect.sampling import model_revision
 
     if model == "world":
         from prefdata.world import build_world
@@ -168,7 +168,7 @@ def resolve_model(model: str) -> tuple[str, str | None]:
 @flow(name="sample-and-judge")
 def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: Engine) -> dict:
     """The fan-out: sampling chunks, then judging chunks, on the runner `engine` names."""
-    from prefdata.sampling import SamplingParams, build_pairs
+    from prefdata.collect.sampling import SamplingParams, build_pairs
 
     logger = get_run_logger()
     options: dict = {"refresh_cache": engine.refresh_cache}
@@ -277,7 +277,7 @@ STAGES = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",),
 
 @task(name="load-prompts")
 def load_prompts(spec: Prompts) -> list[str]:
-    from prefdata.errors import UnusableInput
+    from prefdata.base.errors import UnusableInput
 
     if spec.source == "world":
         from prefdata.world import WorldConfig, sampling_prompts
@@ -285,7 +285,7 @@ def load_prompts(spec: Prompts) -> list[str]:
         return sampling_prompts(WorldConfig(), spec.n)
     if not Path(spec.source).is_file():
         raise UnusableInput(f"prompts: {spec.source} is not a file (and not 'world')")
-    from prefdata.gate import read_prompts
+    from prefdata.gate.runner import read_prompts
 
     prompts = list(dict.fromkeys(read_prompts(spec.source).to_list()))  # the same prompt twice is one prompt
     return prompts[:spec.n] if spec.n else prompts
@@ -294,7 +294,7 @@ def load_prompts(spec: Prompts) -> list[str]:
 @task(name="write-draft")
 def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: dict, lineage: dict,
                 guidelines: str | None, store: str | None) -> str:
-    from prefdata.store import Store
+    from prefdata.data.store import Store
 
     tables, counts = collection.draft(labelled, votes)
     version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines)
@@ -308,11 +308,11 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
             parent: str | None = None) -> dict:
     from prefect.runtime import flow_run
 
-    from prefdata.gate import read_text
-    from prefdata.judging import JudgeReport, PairToJudge
-    from prefdata.routing import RoutingPolicy, route, route_counts, write_queue
-    from prefdata.sampling import sampler_lineage
-    from prefdata.store import check_name
+    from prefdata.gate.runner import read_text
+    from prefdata.collect.judging import JudgeReport, PairToJudge
+    from prefdata.collect.routing import RoutingPolicy, route, route_counts, write_queue
+    from prefdata.collect.sampling import sampler_lineage
+    from prefdata.data.store import check_name
 
     logger = get_run_logger()
     check_name(name)

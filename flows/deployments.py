@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The validate and publish flows: the checklist on a draft, reported as Prefect artifacts, and the
 gate that makes it a validated version, which may start the training deployment.
 
-They wire prefdata.publishing, the one publish path `prefdata publish` takes too (its checklist run
-is `prefdata check`'s, prefdata.gate); nothing here decides a check or a status.
+They wire prefdata.gate.publishing, the one publish path `prefdata publish` takes too (its checklist run
+is `prefdata check`'s, prefdata.gate.runner); nothing here decides a check or a status.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def _settings(checks: Checks) -> dict:
 
 @task(name="run-checklist")
 def run_checklist(ref: str, checks: Checks, store: str | None) -> dict:
-    from prefdata.publishing import validate_version
-    from prefdata.store import Store
+    from prefdata.gate.publishing import validate_version
+    from prefdata.data.store import Store
 
     return validate_version(Store(store), ref, **_settings(checks)).as_dict()
 
@@ -63,9 +63,9 @@ def validate(dataset: str, checks: Checks = Checks(), store: str | None = None) 
 
 @task(name="publish-version")
 def publish_version(ref: str, checks: Checks, store: str | None) -> dict:
-    """prefdata.publishing.publish_version; the checklist's outcome becomes artifacts before the status is set."""
-    from prefdata.publishing import publish_version as publish_stored
-    from prefdata.store import Store
+    """prefdata.gate.publishing.publish_version; the checklist's outcome becomes artifacts before the status is set."""
+    from prefdata.gate.publishing import publish_version as publish_stored
+    from prefdata.data.store import Store
 
     published = publish_stored(Store(store), ref, show=lambda validation: _artifacts(validation.as_dict()),
                                **_settings(checks))

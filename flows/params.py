@@ -72,11 +72,11 @@ class Judge(_Params):
     @model_validator(mode="before")
     @classmethod
     def _from_spec(cls, data: Any) -> Any:
-        """A judge given as a spec string (prefdata.specs), the syntax of `collect --judge`:
+        """A judge given as a spec string (prefdata.base.specs), the syntax of `collect --judge`:
         judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:module:function" or "world"."""
         if not isinstance(data, str):
             return data
-        from prefdata.specs import parse_spec
+        from prefdata.base.specs import parse_spec
 
         spec = parse_spec(data, ("llm", "rm", "rule"), "judge")
         if spec.kind == "llm":
@@ -175,7 +175,7 @@ class Checks(_Params):
     strict: bool = Field(False, description="A check that cannot run fails the gate.")
     report_dir: str | None = Field(None, description="Reports folder; None: .prefdata/reports/<name>-<version>.")
     scorer: str | None = Field(None, description="Independent scorer for label_direction (rm:, lm:, llm:, rule:, "
-                                                     "verdicts:; prefdata.specs).")
+                                                     "verdicts:; prefdata.base.specs).")
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution.")
 

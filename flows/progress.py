@@ -2,7 +2,7 @@
 
 The flow runs under a tag of its own (its subflows inherit it); beside it, a thread reads the task
 runs of every flow run with that tag (`read_task_runs`) about once a second and hands them to a
-display (prefdata/progress.py). Task runs reach the API from wherever they run (this process's
+display (prefdata/base/progress.py). Task runs reach the API from wherever they run (this process's
 threads, Dask or Ray workers), so the progress is the same for every task runner, and nothing but
 Prefect carries it. Progress never breaks a run: a failed read is skipped and tried again.
 """
@@ -20,7 +20,7 @@ from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.sorting import TaskRunSort
 
-from prefdata.progress import Count, Stage, tally
+from prefdata.base.progress import Count, Stage, tally
 
 PAGE = 200  # the API's default page size
 

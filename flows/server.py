@@ -20,9 +20,9 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
-from prefdata.errors import PrefdataError
-from prefdata.local_serve import free_port
-from prefdata.processes import own_session, register, unregister
+from prefdata.base.errors import PrefdataError
+from prefdata.collect.local_serve import free_port
+from prefdata.base.processes import own_session, register, unregister
 
 STARTUP_TIMEOUT_S = 120.0  # a loaded 2-core machine has needed more than Prefect's default 20 s
 

@@ -33,8 +33,8 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
 def train(dataset: str, training: Training = Training(), store: str | None = None) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from prefdata.errors import GateFailed
-    from prefdata.store import Store
+    from prefdata.base.errors import GateFailed
+    from prefdata.data.store import Store
 
     st = Store(store)
     v = st.get(dataset)

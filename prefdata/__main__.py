@@ -1,3 +1,3 @@
-from prefdata.cli import main
+from prefdata.commands.cli import main
 
 main()

@@ -91,7 +91,7 @@ if str(REPO) not in sys.path:
 @pytest.fixture()
 def sample_calls(monkeypatch) -> dict[str, int]:
     """Counts TransformersSampler.sample calls (the real method still runs): a cached rerun makes 0."""
-    from prefdata.sampling import TransformersSampler
+    from prefdata.collect.sampling import TransformersSampler
 
     calls = {"sample": 0}
     real_sample = TransformersSampler.sample
@@ -125,12 +125,12 @@ def tiny_reward_model(tmp_path_factory) -> Path:
 def transformers_serve(tmp_path_factory):
     """A real `transformers serve` on 127.0.0.1 (free port, CPU, offline), for the whole session,
     stopped by its own pid at the end. Models load on demand: pass a local path as `model`."""
-    from prefdata.local_serve import TransformersServe
+    from prefdata.collect.local_serve import TransformersServe
 
     # One torch thread in the server: on a shared machine torch's default (one per core) spin-waits
     # against other processes and every request gets several times slower.
     server = TransformersServe(tmp_path_factory.mktemp("serve") / "serve.log", extra_env={"OMP_NUM_THREADS": "1"})
-    from prefdata.errors import PrefdataError
+    from prefdata.base.errors import PrefdataError
 
     try:
         server.start()
@@ -148,7 +148,7 @@ def local_argilla(workdir: Path):
     .prefdata/argilla/venv). Not started: each module starts its own, since some kill theirs. Skips
     with the reason only where the environment cannot be built, and never in CI."""
     from prefdata.argilla.server import LocalArgilla
-    from prefdata.errors import PrefdataError
+    from prefdata.base.errors import PrefdataError
 
     server = LocalArgilla(workdir, venv=REPO / ".prefdata" / "argilla" / "venv")
     try:

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from conftest import local_argilla
 
-from prefdata.errors import PrefdataError
+from prefdata.base.errors import PrefdataError
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / ".prefdata" / "test-artifacts"
@@ -68,7 +68,7 @@ def _all_records(owner: httpx.Client, dataset_id: str, include: str | None = Non
 def pandalm(shared_data):
     """30 PandaLM comparisons with distinct pair ids (the test set repeats some pairs), their three
     annotators' votes (long), and GPT-3.5's verdicts as the judge labels."""
-    from prefdata.importer import import_file
+    from prefdata.data.importer import import_file
 
     rows = json.loads((shared_data / "pandalm" / "testset-v1.json").read_text())[:40]
     judged = {r["idx"]: r["gpt_result"] for r in json.loads((shared_data / "pandalm" / "gpt-3.5-turbo-testset-v1.json").read_text())}
@@ -767,7 +767,7 @@ def test_label_audit_of_hh_rlhf_pairs_round_trips(argilla, shared_data, tmp_path
     import gzip
 
     from prefdata.argilla import shown_order
-    from prefdata.store import Store
+    from prefdata.data.store import Store
 
     _, info = argilla
     store = tmp_path / "store"

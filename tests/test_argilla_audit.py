@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from prefdata.checks.agreement import check_label_audit, label_agreement
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def _cli(*args, store):
 def hh_version(shared_data, tmp_path):
     import gzip
 
-    from prefdata.store import Store
+    from prefdata.data.store import Store
 
     src = tmp_path / "hh6.jsonl"
     with gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt", encoding="utf-8") as f:

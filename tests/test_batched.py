@@ -11,9 +11,9 @@ from bench.realistic import make_realistic_pairs
 from bench.tiny_models import build_char_tokenizer
 from prefdata.checks.batched import ROW_LOCAL
 from prefdata.checks.checklist import default_config, run_checklist
-from prefdata.gate import load_inputs
-from prefdata.importer import import_file, import_file_to_store, import_to_store
-from prefdata.store import Store
+from prefdata.gate.runner import load_inputs
+from prefdata.data.importer import import_file, import_file_to_store, import_to_store
+from prefdata.data.store import Store
 
 N = 3_000
 # rows whose chosen response gets a request the safety lexicon counts (unsafe), in several shards;
@@ -72,7 +72,7 @@ def offending_shards(inputs, result) -> set[int]:
 def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monkeypatch):
     whole_inputs, _ = load_inputs(str(pairs_file))
     assert whole_inputs.shards is None
-    monkeypatch.setattr("prefdata.importer.BATCH_ROWS", 700)
+    monkeypatch.setattr("prefdata.data.importer.BATCH_ROWS", 700)
     inputs, info = load_inputs(str(pairs_file))
     assert inputs.shards is not None and len(inputs.shards.paths) == 5
     assert "chosen" not in inputs.pairs.columns and inputs.pairs.height == whole_inputs.pairs.height
@@ -110,7 +110,7 @@ def test_a_sharded_version_is_checked_in_shards(pairs_file, tmp_path):
 def test_filter_of_a_sharded_version_writes_shards_with_the_same_rows(pairs_file, tmp_path):
     from polars.testing import assert_frame_equal
 
-    from prefdata.filtering import filter_version
+    from prefdata.gate.filtering import filter_version
 
     store = Store(str(tmp_path / "store"))
     whole_version = import_to_store(import_file(pairs_file), "whole", store)

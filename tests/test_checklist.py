@@ -14,7 +14,7 @@ import pytest
 
 from prefdata.checks.base import CheckResult
 from prefdata.checks.checklist import CheckInputs, gate, load_config, run_checklist, strictly
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDELINES = REPO / "docs" / "examples" / "guidelines.md"
@@ -301,8 +301,8 @@ def test_every_tunable_number_has_a_range_and_the_defaults_lie_in_it():
 
 
 def test_lost_rows_are_named_by_their_own_id_unless_a_kept_row_has_it(tmp_path):
-    from prefdata.gate import lost_at_read
-    from prefdata.importer import import_file
+    from prefdata.gate.runner import lost_at_read
+    from prefdata.data.importer import import_file
 
     rows = [{"id": "x", "prompt": "p", "chosen": "a", "rejected": "b"},
             {"id": "x", "prompt": "p", "chosen": "c", "rejected": "d"},  # duplicate_id_conflict: "x" is kept

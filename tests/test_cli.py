@@ -20,7 +20,7 @@ def run(*args: str, env_store: Path | None = None, env: dict[str, str] | None = 
 
 def test_help_is_fast_and_imports_nothing_heavy():
     code = (
-        "import sys\nfrom prefdata.cli import main\n"
+        "import sys\nfrom prefdata.commands.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('torch', 'trl', 'transformers', 'great_expectations', 'prefect', 'polars', 'datasets') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"

@@ -1,5 +1,5 @@
 """How the collect flow turns human votes into labels: majority, or Dawid-Skene over the whole crowd
-(prefdata/collection.py `label`, the flow's `humans.aggregate`, `prefdata collect --aggregate`)."""
+(prefdata/collect/collection.py `label`, the flow's `humans.aggregate`, `prefdata collect --aggregate`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 import polars as pl
 import pytest
 
-from prefdata import collection
-from prefdata.records import pair_id
+from prefdata.collect import collection
+from prefdata.data.records import pair_id
 from prefdata.world import SimulatedAnnotator, correct_vote, verify, votes_frame
 from prefdata.world.tasks import arithmetic_problem
 
@@ -88,7 +88,7 @@ def test_the_flow_parameter_is_checked_and_described():
 
 
 def test_collect_command_refuses_an_unknown_aggregate_in_one_line(tmp_path, capsys):
-    from prefdata.cli import main
+    from prefdata.commands.cli import main
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Say hi.\n")
@@ -107,7 +107,7 @@ def test_the_collect_flow_labels_with_dawid_skene(prefect_api, tmp_path):
     from prefdata.checks.agreement import dawid_skene_labels
     from prefdata.flows.collect import collect
     from prefdata.flows.params import Engine, Humans, Policy, Prompts, Routing, SimulatedAnnotators
-    from prefdata.store import Store
+    from prefdata.data.store import Store
     from prefdata.world import build_world
 
     build_world()

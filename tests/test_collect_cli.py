@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from prefdata.cli import main
-from prefdata.store import Store
+from prefdata.commands.cli import main
+from prefdata.data.store import Store
 
 RULE = '''
 def checksum(prompt, completion):
@@ -106,7 +106,7 @@ def test_collect_shows_each_stage_live_on_stderr_and_a_rerun_shows_them_from_the
 
 
 def test_stage_counts_come_from_the_task_runs_names_and_states():
-    from prefdata.progress import Stage, chunk_name, tally
+    from prefdata.base.progress import Stage, chunk_name, tally
 
     stages = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",), "chunks"),
               Stage("judge", ("judge",), "chunks"), Stage("write draft", ("write-draft",))]
@@ -126,7 +126,7 @@ def test_stage_counts_come_from_the_task_runs_names_and_states():
 def test_plain_lines_say_a_stage_when_it_starts_and_ends_never_twice():
     import io
 
-    from prefdata.progress import PlainLines, Stage, chunk_name, tally
+    from prefdata.base.progress import PlainLines, Stage, chunk_name, tally
 
     stages = [Stage("sample", ("sample",), "chunks")]
     log = io.StringIO()
@@ -142,7 +142,7 @@ def test_live_bars_draw_each_stage_on_a_terminal():
 
     from rich.console import Console
 
-    from prefdata.progress import LiveBars, Stage, chunk_name, tally
+    from prefdata.base.progress import LiveBars, Stage, chunk_name, tally
 
     stages = [Stage("sample", ("sample",), "chunks"), Stage("write draft", ("write-draft",))]
     screen = io.StringIO()
@@ -181,7 +181,7 @@ def test_bad_specs_are_one_line_and_exit_2(tiny_llama, tmp_path, capsys, change,
 
 
 def test_llm_spec_parses_url_and_template():
-    from prefdata.collect_cli import judge_params
+    from prefdata.commands.collect import judge_params
 
     assert judge_params("llm:my/judge@http://127.0.0.1:8000/v1:world-judge-v2") == {
         "kind": "llm", "model": "my/judge", "base_url": "http://127.0.0.1:8000/v1", "template": "world-judge-v2"}
@@ -189,7 +189,7 @@ def test_llm_spec_parses_url_and_template():
 
 
 def test_llm_spec_without_a_url_is_a_local_model(tiny_llama):
-    from prefdata.collect_cli import judge_params
+    from prefdata.commands.collect import judge_params
 
     assert judge_params(f"llm:{tiny_llama}:world-judge-v2") == {
         "kind": "llm", "model": str(tiny_llama.resolve()), "base_url": None, "template": "world-judge-v2"}

@@ -41,7 +41,7 @@ from prefdata.checks.content import (
     parse_lexicon,
     word_ngram_overlap,
 )
-from prefdata.importer import import_file
+from prefdata.data.importer import import_file
 
 XSTEST = "xstest/xstest_prompts.csv"
 MTBENCH = "mtbench/mt_bench_question.jsonl"
@@ -520,7 +520,7 @@ def _reference_leakage(frame: pl.DataFrame, ngram: int = 8, max_overlap: float =
                        targets: tuple[str, ...] = ("chosen",)) -> tuple[tuple[str, ...], dict, float]:
     """check_answer_leakage's definition row by row in plain Python (strip_chars is polars', whose
     whitespace differs from str.strip's): (offending ids, by_target, max_overlap_seen)."""
-    from prefdata.records import normalise_text
+    from prefdata.data.records import normalise_text
 
     prompts = frame["prompt"].fill_null("").to_list()
     flagged = [False] * frame.height

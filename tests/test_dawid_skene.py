@@ -136,8 +136,8 @@ def test_import_aggregate_dawid_skene(tmp_path):
 
 def test_html_report_shows_each_annotators_quality(tmp_path):
     from prefdata.checks.checklist import CheckInputs, run_checklist
-    from prefdata.gate import plots_for
-    from prefdata.report import write_html
+    from prefdata.gate.runner import plots_for
+    from prefdata.gate.report import write_html
 
     _, votes = crowd({"ann_90": 0.9, "ann_85": 0.85, "random": None}, n=100, seed=5)
     pairs = pl.DataFrame({"id": ["x"], "prompt": ["p"], "chosen": ["c"], "rejected": ["r"]})

@@ -19,7 +19,7 @@ from prefdata.checks.dedup import (
     lsh_params,
     normalise_series,
 )
-from prefdata.records import normalise_text
+from prefdata.data.records import normalise_text
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:

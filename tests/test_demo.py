@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import local_argilla
 
-from prefdata.store import Store
+from prefdata.data.store import Store
 
 SUMMARY_KEYS = {"task_accuracy_before", "task_accuracy_after", "general_accuracy_before", "general_accuracy_after",
                 "judge_verifier_agreement", "judge", "audit", "labels", "rounds", "dataset_version", "model_dir", "sft_model_dir",

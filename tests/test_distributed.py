@@ -17,7 +17,7 @@ from prefdata.world import build_world
 
 
 def test_dpo_on_two_processes_keeps_the_ranks_in_step(tmp_path):
-    from prefdata.local_serve import free_port
+    from prefdata.collect.local_serve import free_port
 
     world = build_world(TINY, cache=tmp_path / "world")
     store = tmp_path / "store"

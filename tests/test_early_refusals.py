@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.store import Store
+from prefdata.data.store import Store
 
 ROWS = [{"prompt": f"What is {i} plus {i}?", "chosen": f"It is {2 * i}.", "rejected": f"It is {2 * i + 1}."}
         for i in range(30)]

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.errors import UnusableInput
-from prefdata.filtering import filter_version
-from prefdata.importer import import_file, import_to_store
-from prefdata.store import Store
+from prefdata.base.errors import UnusableInput
+from prefdata.gate.filtering import filter_version
+from prefdata.data.importer import import_file, import_to_store
+from prefdata.data.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_filter_hh_sample_then_publish_with_stated_waivers(store_root, shared_data):
     from prefdata.checks.checklist import load_config
-    from prefdata.gate import load_inputs, run_gate
+    from prefdata.gate.runner import load_inputs, run_gate
 
     store = Store()
     result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
@@ -77,7 +77,7 @@ def test_filter_drops_the_copies_of_a_row_that_repeats_its_id_and_keeps_the_firs
     if batch_rows is None:
         parent = import_to_store(import_file(src), "copies", store)
     else:  # a big import's shards, 7 rows each: r10's copies stand in two shards
-        from prefdata.cli import main
+        from prefdata.commands.cli import main
 
         with pytest.raises(SystemExit) as done:
             main(["import", str(src), "--name", "copies", "--batch-rows", str(batch_rows)])

@@ -27,11 +27,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 from conftest import local_argilla  # noqa: E402
 
-from prefdata.errors import UnusableInput  # noqa: E402
+from prefdata.base.errors import UnusableInput  # noqa: E402
 from prefdata.flows.params import (  # noqa: E402
     Checks, Engine, Humans, Judge, Policy, Prompts, SimulatedAnnotators, Training, TrainTrigger,
 )
-from prefdata.store import Store  # noqa: E402
+from prefdata.data.store import Store  # noqa: E402
 from prefdata.world import verify  # noqa: E402
 from scripted_server import Reply, ScriptedServer, presented  # noqa: E402
 
@@ -107,7 +107,7 @@ def test_collect_stores_a_draft_labelled_by_judge_and_humans(collected, world):
     queued = [json.loads(line) for line in Path(result["queue"]).read_text().splitlines()]
     assert len(queued) == result["queued"] > 0 and votes.height == 3 * len(queued)
     assert {q["route_reason"] for q in queued} <= {"judge_both_pass", "judge_both_fail", "audit"}
-    from prefdata.formats import majority
+    from prefdata.data.formats import majority
 
     human = {r["pair_id"]: r for r in comparisons.filter(comparisons["route"] != "judge").iter_rows(named=True)}
     for pair_id, group in votes.group_by("pair_id"):
@@ -174,9 +174,9 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
 
 
 def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
-    from prefdata.errors import GateFailed
+    from prefdata.base.errors import GateFailed
     from prefdata.flows.train import train
-    from prefdata.importer import import_file, import_to_store
+    from prefdata.data.importer import import_file, import_to_store
 
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")
@@ -191,7 +191,7 @@ def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api
     import shutil
 
     from prefdata.flows.train import train
-    from prefdata.publishing import publish_version
+    from prefdata.gate.publishing import publish_version
 
     tmp, result = collected
     # Its own copy of the collected store, published here with the toy's waivers: this test needs
@@ -440,7 +440,7 @@ def test_prefdata_serve_registers_the_scheduled_deployments(prefect_api, tmp_pat
 
 
 def test_prefdata_help_stays_light():
-    code = "import sys, prefdata.cli; print(sorted(m for m in ('prefect', 'torch', 'distributed') if m in sys.modules))"
+    code = "import sys, prefdata.commands.cli; print(sorted(m for m in ('prefect', 'torch', 'distributed') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -450,7 +450,7 @@ def test_prefdata_help_stays_light():
 
 def test_a_judge_parameter_takes_the_command_lines_spec():
     """judge: "..." in a flow's parameters or a deployment's config reads like `collect --judge`."""
-    from prefdata.errors import UnusableInput
+    from prefdata.base.errors import UnusableInput
 
     assert Judge.model_validate("world") == Judge(kind="verifier", verifier="prefdata.world:verify")
     assert Judge.model_validate("llm:big@http://127.0.0.1:8001/v1:world-judge-v2") == Judge(
@@ -484,10 +484,10 @@ def test_collect_names_a_missing_prompt_file_and_a_missing_engine(prefect_api, w
 
 def test_the_train_and_publish_flows_refuse_a_hand_edited_status(prefect_api, tmp_path):
     """`sed -i 's/"status": "draft"/"status": "validated"/' manifest.json` must not pass the gate."""
-    from prefdata.errors import GateFailed
+    from prefdata.base.errors import GateFailed
     from prefdata.flows.gate import publish
     from prefdata.flows.train import train
-    from prefdata.importer import import_file, import_to_store
+    from prefdata.data.importer import import_file, import_to_store
 
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "1+1=", "chosen": "2", "rejected": "3"}) + "\n")

@@ -10,10 +10,10 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from prefdata.errors import UnusableInput
-from prefdata.formats import split_hh
-from prefdata.importer import import_file, version_tables
-from prefdata.records import pair_id, prompt_id
+from prefdata.base.errors import UnusableInput
+from prefdata.data.formats import split_hh
+from prefdata.data.importer import import_file, version_tables
+from prefdata.data.records import pair_id, prompt_id
 
 
 def write_jsonl(path, rows):
@@ -218,8 +218,8 @@ def test_missing_column_for_a_forced_format(tmp_path):
 def test_import_to_store_keeps_tables_quarantine_counts_and_lineage(tmp_path):
     """The one import-to-store path (the `import` command's): a draft version with the import's
     tables, quarantine, counts and sources; the same content imported again is the same version."""
-    from prefdata.importer import import_to_store
-    from prefdata.store import Store
+    from prefdata.data.importer import import_to_store
+    from prefdata.data.store import Store
 
     rows = [{"prompt": f"q{i}", "chosen": "c", "rejected": f"r{i}"} for i in range(4)] + [{"prompt": "q"}]
     result = import_file(write_jsonl(tmp_path / "d.jsonl", rows))

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from prefdata.columnar import BATCH_ROWS, convert_columnar, digests, normalised
-from prefdata.importer import import_file, import_rows
-from prefdata.records import _digest, normalise_series, pair_id, prompt_id
+from prefdata.data.columnar import BATCH_ROWS, convert_columnar, digests, normalised
+from prefdata.data.importer import import_file, import_rows
+from prefdata.data.records import _digest, normalise_series, pair_id, prompt_id
 
 
 def assert_same_import(path: Path, *, columnar_runs: bool = True, small_batches: tuple[int, ...] = (5, 1), **options) -> None:
@@ -24,7 +24,7 @@ def assert_same_import(path: Path, *, columnar_runs: bool = True, small_batches:
     reference = import_rows(path, **options)
     for batch_rows in (BATCH_ROWS, *small_batches):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("prefdata.columnar.BATCH_ROWS", batch_rows)
+            patch.setattr("prefdata.data.columnar.BATCH_ROWS", batch_rows)
             fast = import_file(path, **options)
         assert_frame_equal(fast.pairs, reference.pairs)
         assert fast.quarantine == reference.quarantine
@@ -74,7 +74,7 @@ def write(rows: list[dict], path: Path, **columns) -> Path:
 
 @pytest.mark.parametrize("chunk", [100_000, 7])
 def test_faults_without_ids(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr("prefdata.columnar.ID_CHUNK", chunk)  # 7: ids computed over many slices
+    monkeypatch.setattr("prefdata.data.columnar.ID_CHUNK", chunk)  # 7: ids computed over many slices
     rows = faulty_rows()
     path = write(rows, tmp_path / "faults.parquet", category=[f"c{i % 3}" if i % 4 else None for i in range(len(rows))])
     assert_same_import(path, max_text_bytes=2048)

@@ -11,7 +11,7 @@ import sys
 import polars as pl
 import pytest
 
-from prefdata.importer import import_file
+from prefdata.data.importer import import_file
 
 GOOD = {"prompt": "2+2?", "chosen": "4", "rejected": "5"}
 BOM = b"\xef\xbb\xbf"
@@ -185,7 +185,7 @@ def test_duplicate_keys_in_a_json_array_quarantine_that_element_only(tmp_path):
 
 
 def test_duplicate_csv_header_columns_make_the_file_unusable(tmp_path):
-    from prefdata.errors import UnusableInput
+    from prefdata.base.errors import UnusableInput
 
     src = tmp_path / "d.csv"
     src.write_bytes(b"prompt,chosen,chosen,rejected\np,a,b,r\n")
@@ -305,7 +305,7 @@ def test_dev_zero_is_refused_at_once(tmp_path):
 # ru_maxrss would carry the forking pytest process's peak over exec).
 _PEAK_RSS = """
 import sys
-from prefdata.cli import main
+from prefdata.commands.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit as done:

@@ -13,8 +13,8 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from bench.realistic import make_realistic_pairs
-from prefdata.importer import import_file, import_file_to_store, import_to_store
-from prefdata.store import Store
+from prefdata.data.importer import import_file, import_file_to_store, import_to_store
+from prefdata.data.store import Store
 
 
 def realistic_file(tmp_path: Path, n: int = 3_000, **columns) -> Path:

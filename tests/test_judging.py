@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from prefdata.errors import UnusableInput
-from prefdata.judging import (
+from prefdata.base.errors import UnusableInput
+from prefdata.collect.judging import (
     JudgeReport,
     PairToJudge,
     PairwiseLLMJudge,
@@ -20,7 +20,7 @@ from prefdata.judging import (
     Template,
     parse_verdict,
 )
-from prefdata.records import pair_id
+from prefdata.data.records import pair_id
 from scripted_server import Reply, ScriptedServer, always_a, presented, truthful_arithmetic
 
 # Arithmetic pairs with a known better side: "a" when response_a is right, "b" when response_b is.
@@ -61,7 +61,7 @@ def test_a_template_can_name_its_own_verdict_format(tmp_path, monkeypatch):
     world = Template.load("world-judge-v1")  # the demo world's one-line format: "347+058=A0405|B0395?" -> "A"
     assert world.messages("347+058=", "0405", "0395")[1]["content"] == "347+058=A0405|B0395?"
     assert [world.parse(r) for r in ("A", " B0", "0405", "", None, "[[A]]")] == ["A", "B", None, None, None, None]
-    import prefdata.judging as judging
+    import prefdata.collect.judging as judging
 
     monkeypatch.setattr(judging, "TEMPLATES", tmp_path)
     (tmp_path / "bad-v1.txt").write_text("=== system ===\ns\n=== user ===\n{prompt}\n=== verdict ===\n(A|B\n")
@@ -185,7 +185,7 @@ def test_client_errors_are_not_retried_and_only_their_pair_fails():
 
 
 def test_a_refused_connection_is_an_error_verdict(tmp_path):
-    from prefdata.local_serve import free_port
+    from prefdata.collect.local_serve import free_port
 
     judge = fast_judge(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     [verdict] = judge.judge(arith_items()[:1])

@@ -138,7 +138,7 @@ def test_every_module_imports_alone():
 def test_the_library_below_the_flows_never_imports_prefect_or_the_flows():
     """Flows only wire: prefdata/ (but the commands on top, which run flows), checks/ and trainers/
     work without Prefect (docs/architecture.md)."""
-    wired = {"prefdata.cli", "prefdata.collect_cli", "prefdata.demo"}  # the top layer: commands that run the flows
+    wired = {"prefdata.commands.cli", "prefdata.commands.collect", "prefdata.commands.demo"}  # the top layer: commands that run the flows
     offenders = {}
     for name, path in project_modules().items():
         if name.startswith("prefdata.flows") or name in wired:
@@ -158,37 +158,37 @@ def test_library_invariants_raise_real_errors_not_assert():
 
 # docs/architecture.md's import rules: modules matching the key never import those named in the value
 # (a name covers its submodules), at load or inside a function.
-TOP = ("prefdata.cli", "prefdata.collect_cli", "prefdata.demo")
+TOP = ("prefdata.commands.cli", "prefdata.commands.collect", "prefdata.commands.demo")
 FORBIDDEN = {
-    "prefdata.records": ("prefdata.",),  # the bottom: the record and its ids, nothing else
-    "prefdata.errors": ("prefdata.",),
-    "prefdata.models": ("prefdata.",),  # shared tools: loading models, specs, the reward-model scorer, the target loader
-    "prefdata.specs": ("prefdata.",),
-    "prefdata.reward_scoring": ("prefdata.",),
-    "prefdata.targets": ("prefdata.store", "prefdata.importer", "prefdata.checks", "prefdata.gate", "prefdata.sampling",
-                         "prefdata.judging", "prefdata.collection", "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.checks": ("prefdata.store", "prefdata.importer", "prefdata.gate", "prefdata.publishing",
-                         "prefdata.sampling", "prefdata.judging", "prefdata.routing", "prefdata.collection",
+    "prefdata.data.records": ("prefdata.",),  # the bottom: the record and its ids, nothing else
+    "prefdata.base.errors": ("prefdata.",),
+    "prefdata.models.loading": ("prefdata.",),  # shared tools: loading models, specs, the reward-model scorer, the target loader
+    "prefdata.base.specs": ("prefdata.",),
+    "prefdata.models.reward": ("prefdata.",),
+    "prefdata.base.targets": ("prefdata.data.store", "prefdata.data.importer", "prefdata.checks", "prefdata.gate.runner", "prefdata.collect.sampling",
+                         "prefdata.collect.judging", "prefdata.collect.collection", "prefdata.trainers", "prefdata.flows", *TOP),
+    "prefdata.checks": ("prefdata.data.store", "prefdata.data.importer", "prefdata.gate.runner", "prefdata.gate.publishing",
+                         "prefdata.collect.sampling", "prefdata.collect.judging", "prefdata.collect.routing", "prefdata.collect.collection",
                          "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.trainers": ("prefdata.checks", "prefdata.importer", "prefdata.gate", "prefdata.publishing",
-                          "prefdata.sampling", "prefdata.collection", "prefdata.flows", *TOP),
-    "prefdata.sampling": ("prefdata.judging", "prefdata.routing", "prefdata.collection", "prefdata.store",
+    "prefdata.trainers": ("prefdata.checks", "prefdata.data.importer", "prefdata.gate.runner", "prefdata.gate.publishing",
+                          "prefdata.collect.sampling", "prefdata.collect.collection", "prefdata.flows", *TOP),
+    "prefdata.collect.sampling": ("prefdata.collect.judging", "prefdata.collect.routing", "prefdata.collect.collection", "prefdata.data.store",
                           "prefdata.checks", "prefdata.flows", *TOP),
-    "prefdata.pairing": ("prefdata.sampling", "prefdata.judging", "prefdata.store", "prefdata.checks",
+    "prefdata.collect.pairing": ("prefdata.collect.sampling", "prefdata.collect.judging", "prefdata.data.store", "prefdata.checks",
                          "prefdata.flows", *TOP),
-    "prefdata.judging": ("prefdata.routing", "prefdata.collection", "prefdata.store", "prefdata.checks",
+    "prefdata.collect.judging": ("prefdata.collect.routing", "prefdata.collect.collection", "prefdata.data.store", "prefdata.checks",
                          "prefdata.flows", *TOP),
-    "prefdata.gate": ("prefdata.publishing", "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.publishing": ("prefdata.trainers", "prefdata.flows", *TOP),
+    "prefdata.gate.runner": ("prefdata.gate.publishing", "prefdata.trainers", "prefdata.flows", *TOP),
+    "prefdata.gate.publishing": ("prefdata.trainers", "prefdata.flows", *TOP),
     "prefdata.flows": TOP,
 }
 # Exceptions to FORBIDDEN, each with its reason. trainers -> checks.template_fit: `prefdata train`
 # refuses pairs the trainer would cut or mis-tokenise with the very check `prefdata check` runs
 # (issue 14 item 1), not a second copy of it; no other check module. models and reward_scoring name
-# errors in one line; the scorer loads its model through prefdata.models like every other module.
-ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",), "prefdata.models": ("prefdata.errors",),
-           "prefdata.specs": ("prefdata.errors",),
-           "prefdata.reward_scoring": ("prefdata.models", "prefdata.errors")}
+# errors in one line; the scorer loads its model through prefdata.models.loading like every other module.
+ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",), "prefdata.models.loading": ("prefdata.base.errors",),
+           "prefdata.base.specs": ("prefdata.base.errors",),
+           "prefdata.models.reward": ("prefdata.models.loading", "prefdata.base.errors")}
 
 
 def _covered(module: str, names: tuple[str, ...]) -> bool:

@@ -1,4 +1,4 @@
-"""GGUF model files (prefdata/models.py): `prefdata model import-gguf` turns one into an ordinary
+"""GGUF model files (prefdata/models/loading.py): `prefdata model import-gguf` turns one into an ordinary
 folder whose logits equal the weights that went into the file, and a .gguf path works wherever a
 model path does (converted once, cached by its sha256). The GGUF files are written here the way
 llama.cpp's converter writes them (bench/tiny_models.build_tiny_gguf); the slow test reads the real
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.cli import main
+from prefdata.commands.cli import main
 
 pytest.importorskip("gguf", reason="the gguf extra is not installed: pip install 'prefdata[gguf]'")
 
@@ -42,7 +42,7 @@ def logits(model_dir, messages: list[dict]):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from prefdata.models import load_tokenizer
+    from prefdata.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
@@ -63,7 +63,7 @@ def test_import_gguf_gives_a_folder_with_the_weights_and_chat_template_that_went
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
     # The tokenizer came out of the GGUF metadata: its chat template, ChatML's control tokens kept
     # whole, and the byte-level merges applied.
-    from prefdata.models import load_tokenizer
+    from prefdata.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(out)
     assert tokenizer.chat_template == CHATML and tokenizer.eos_token == "<|im_end|>"
@@ -82,8 +82,8 @@ def test_import_gguf_gives_a_folder_with_the_weights_and_chat_template_that_went
 
 
 def test_a_gguf_file_works_where_a_model_folder_does_converted_once(tiny_gguf, model_cache, monkeypatch):
-    import prefdata.models as models
-    from prefdata.sampling import SamplingParams, TransformersSampler
+    import prefdata.models.loading as models
+    from prefdata.collect.sampling import SamplingParams, TransformersSampler
     from prefdata.trainers.common import check_base_model
 
     gguf_file, source = tiny_gguf
@@ -108,8 +108,8 @@ def test_a_gguf_file_works_where_a_model_folder_does_converted_once(tiny_gguf, m
 def test_collect_samples_from_a_gguf_policy(prefect_api, tiny_gguf, model_cache, tmp_path, capsys):
     """`prefdata collect --policy FILE.gguf`: the flow samples from the converted model, and the draft's
     candidates name the file and its content hash as their policy."""
-    import prefdata.models as models
-    from prefdata.store import Store
+    import prefdata.models.loading as models
+    from prefdata.data.store import Store
 
     gguf_file, _ = tiny_gguf
     prompts = tmp_path / "prompts.txt"
@@ -163,7 +163,7 @@ def test_the_real_smollm2_release_imports_with_its_chat_template(tmp_path, capsy
     out = tmp_path / "smollm2"
     code, stdout, err = cli(capsys, "model", "import-gguf", str(gguf_file), str(out))
     assert code == 0, err
-    from prefdata.models import load_tokenizer
+    from prefdata.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(out)
     assert "<|im_start|>" in tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"

@@ -14,8 +14,8 @@ from prefdata.checks.content import check_answer_leakage
 from prefdata.checks.dedup import check_exact_duplicates, check_near_duplicates, normalise_series
 from prefdata.checks.isolation import check_split_isolation, split_train_eval
 from prefdata.checks.structure import check_degenerate_pairs, identical_after_normalisation
-from prefdata.importer import import_file
-from prefdata.records import normalise_text, pair_id, prompt_id
+from prefdata.data.importer import import_file
+from prefdata.data.records import normalise_text, pair_id, prompt_id
 
 # Each group: texts that are one text after normalisation. Named by what they exercise.
 SAME = {
@@ -59,7 +59,7 @@ def test_normalise_text_is_idempotent_and_collapses_whitespace():
 
 
 def test_polars_twin_agrees_on_the_unicode_list():
-    from prefdata.records import normalise_expr
+    from prefdata.data.records import normalise_expr
 
     texts = unicode_list()
     expected = [normalise_text(t) for t in texts]
@@ -73,7 +73,7 @@ def test_polars_twin_agrees_on_the_unicode_list():
 def test_polars_twin_agrees_on_every_code_point():
     """Every code point Python's Unicode database knows (unicodedata.unidata_version), alone, after a
     capital letter (final sigma is contextual in lower-casing) and between spaces."""
-    from prefdata.records import normalise_expr
+    from prefdata.data.records import normalise_expr
 
     chars = [chr(i) for i in range(0x110000)
              if not 0xD800 <= i <= 0xDFFF and unicodedata.category(chr(i)) != "Cn"]
@@ -84,7 +84,7 @@ def test_polars_twin_agrees_on_every_code_point():
 
 
 def test_polars_twin_agrees_on_real_data(shared_data):
-    from prefdata.records import normalise_expr
+    from prefdata.data.records import normalise_expr
 
     texts: list[str] = []
     with gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt", encoding="utf-8") as handle:
@@ -173,7 +173,7 @@ def _default_ignorable() -> list[str]:
 
 
 def test_the_ignorable_table_is_unicodes_default_ignorable_set():
-    from prefdata.records import DEFAULT_IGNORABLE
+    from prefdata.data.records import DEFAULT_IGNORABLE
 
     table = {chr(c) for a, b in DEFAULT_IGNORABLE for c in range(a, b + 1)}
     assert table == set(_default_ignorable())
@@ -183,7 +183,7 @@ def test_the_ignorable_table_is_unicodes_default_ignorable_set():
 
 def test_every_invisible_code_point_is_no_difference():
     """Each one inside a word, at either end and alone: the same text as without it, in Python and polars."""
-    from prefdata.records import normalise_expr
+    from prefdata.data.records import normalise_expr
 
     texts, plains = [], []
     for c in _default_ignorable():

@@ -1,4 +1,4 @@
-"""prefdata.publishing: the one publish path of `prefdata publish` and the publish flow."""
+"""prefdata.gate.publishing: the one publish path of `prefdata publish` and the publish flow."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from prefdata.errors import GateFailed
-from prefdata.store import Store
+from prefdata.base.errors import GateFailed
+from prefdata.data.store import Store
 
 
 def _draft(tmp_path, name: str):
-    from prefdata.importer import import_file, import_to_store
+    from prefdata.data.importer import import_file, import_to_store
 
     src = tmp_path / f"{name}.jsonl"
     src.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "chosen": str(2 * i), "rejected": str(2 * i + 1)}) + "\n"
@@ -22,7 +22,7 @@ def _draft(tmp_path, name: str):
 
 
 def test_a_refused_version_is_shown_then_marked_rejected_with_reports_in_the_default_folder(tmp_path, monkeypatch):
-    from prefdata.publishing import publish_version
+    from prefdata.gate.publishing import publish_version
 
     monkeypatch.chdir(tmp_path)
     st, v = _draft(tmp_path, "tiny")
@@ -38,7 +38,7 @@ def test_a_refused_version_is_shown_then_marked_rejected_with_reports_in_the_def
 
 def test_a_passing_version_is_validated_once(tmp_path):
     from prefdata.checks.checklist import _registry
-    from prefdata.publishing import publish_version
+    from prefdata.gate.publishing import publish_version
 
     st, v = _draft(tmp_path, "waived")
     config = tmp_path / "all-waived.yaml"
@@ -53,10 +53,10 @@ def test_a_passing_version_is_validated_once(tmp_path):
 def test_a_refusal_names_every_way_out(tmp_path):
     """Filter the rows the row checks name, waive with a reason, or bring new data: in publish's refusal
     and again when train is pointed at the rejected version."""
-    from prefdata.publishing import publish_version
+    from prefdata.gate.publishing import publish_version
     from prefdata.trainers.common import load_validated
 
-    from prefdata.importer import import_file, import_to_store
+    from prefdata.data.importer import import_file, import_to_store
 
     src = tmp_path / "long.jsonl"  # every chosen answer 10x its rejected one: length_ratio fails
     src.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "chosen": f"{2 * i} " * 10, "rejected": f"{2 * i + 1} "})

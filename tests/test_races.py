@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.store import Store
+from prefdata.data.store import Store
 
 IN_CLOSE_NOWRITE = 0x10
 DATA = "train-00000-of-00001.parquet"

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from prefdata.checks.base import CheckResult, skip
-from prefdata.report import report_json, write_html, write_junit, write_markdown, write_reports
+from prefdata.gate.report import report_json, write_html, write_junit, write_markdown, write_reports
 
 MANY = tuple(f"id{i:04d}" for i in range(1500))
 RESULTS = [
@@ -174,7 +174,7 @@ def hh_gate(shared_data, tmp_path_factory):
     import gzip
 
     from prefdata.checks.checklist import load_config
-    from prefdata.gate import load_inputs, run_gate
+    from prefdata.gate.runner import load_inputs, run_gate
 
     with gzip.open(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", "rt", encoding="utf-8") as f:
         rows = [{"id": f"hh{i:03d}", **json.loads(line)} for i, line in zip(range(40), f)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from prefdata.judging import PairToJudge, RewardModelJudge
-from prefdata.reward_scoring import RewardModelScorer, reward_text
-from prefdata.scoring import reward_model_verdicts
+from prefdata.collect.judging import PairToJudge, RewardModelJudge
+from prefdata.models.reward import RewardModelScorer, reward_text
+from prefdata.gate.scoring import reward_model_verdicts
 
 PROMPTS = ["What is 2+3?", "Hi", "Say it twice: ", "Q"]
 # The third response already ends with the eos token: TRL does not add a second, nor must we.

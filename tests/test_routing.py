@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from prefdata.judging import PairToJudge, RuleJudge, Verdict
-from prefdata.routing import BLIND_FIELDS, RoutingPolicy, in_audit, route, route_counts, write_queue
+from prefdata.collect.judging import PairToJudge, RuleJudge, Verdict
+from prefdata.collect.routing import BLIND_FIELDS, RoutingPolicy, in_audit, route, route_counts, write_queue
 
 
 def item(i: int, category: str | None = None) -> PairToJudge:
@@ -102,7 +102,7 @@ def test_write_queue_holds_the_human_and_audit_rows(tmp_path):
 def test_sample_pair_judge_route_end_to_end(tiny_llama, tmp_path):
     """The whole chain on real components: a tiny policy samples, pairs are built, a rule judges
     (a random model never answers right, so every pair is both_fail) and all go to humans."""
-    from prefdata.sampling import SamplingParams, TransformersSampler, build_pairs
+    from prefdata.collect.sampling import SamplingParams, TransformersSampler, build_pairs
 
     prompts = ["What is 2+3?", "What is 4*4?"]
     groups = TransformersSampler(tiny_llama).sample(prompts, 3, SamplingParams(max_new_tokens=4, seed=0))

@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from prefdata.checks.structure import check_same_policy
-from prefdata.errors import UnusableInput
-from prefdata.records import pair_id, prompt_id
-from prefdata.sampling import (
+from prefdata.base.errors import UnusableInput
+from prefdata.data.records import pair_id, prompt_id
+from prefdata.collect.sampling import (
     Candidate,
     OpenAICompatibleSampler,
     SamplingParams,

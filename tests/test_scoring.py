@@ -6,10 +6,10 @@ import polars as pl
 import pytest
 
 from prefdata.checks.direction import check_label_direction
-from prefdata.errors import UnusableInput
-from prefdata.importer import import_file
-from prefdata.scoring import check_spec, parse_spec, verdicts_for, verdicts_from_file
-from prefdata.specs import Spec
+from prefdata.base.errors import UnusableInput
+from prefdata.data.importer import import_file
+from prefdata.gate.scoring import check_spec, parse_spec, verdicts_for, verdicts_from_file
+from prefdata.base.specs import Spec
 
 PAIRS = pl.DataFrame({
     "id": ["p1", "p2", "p3"],
@@ -62,9 +62,9 @@ def test_bad_scorer_specs():
 
 
 def test_one_spec_syntax_with_collect_and_the_old_spelling_still_read():
-    """check --scorer reads collect --judge's syntax (prefdata.specs); judge:MODEL@URL, its own spelling
+    """check --scorer reads collect --judge's syntax (prefdata.base.specs); judge:MODEL@URL, its own spelling
     before, still works with a one-line notice."""
-    from prefdata.collect_cli import judge_params
+    from prefdata.commands.collect import judge_params
 
     notes: list[str] = []
     old = parse_spec("judge:big-judge@http://127.0.0.1:8001/v1", notice=notes.append)

@@ -53,7 +53,7 @@ def test_sigterm_removes_the_shards_and_exits_143(big_file, tmp_path):
 def test_a_killed_runs_shards_are_removed_by_the_next_run(big_file, tmp_path, monkeypatch):
     import tempfile
 
-    from prefdata.scratch import scratch_dir
+    from prefdata.base.scratch import scratch_dir
 
     proc, shards = _start_check(big_file, tmp_path)
     proc.kill()

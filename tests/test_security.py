@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.errors import GateFailed, UnusableInput
-from prefdata.store import KEY_ENV, KEY_FILE, Store, check_name, parse_ref
+from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.data.store import KEY_ENV, KEY_FILE, Store, check_name, parse_ref
 
 ROWS = [{"prompt": f"question {i}", "chosen": f"good answer {i}", "rejected": f"bad {i}"} for i in range(20)]
 REPORT = {"passed": True, "checks": [{"id": "min_size", "status": "pass", "metric": 20, "threshold": 10}]}
@@ -178,9 +178,9 @@ def test_set_status_leaves_nothing_of_its_own_in_the_version_folder(store_root):
 
 HANG_BEFORE_RENAME = """
 import sys, time
-from prefdata import store as s
+from prefdata.data import store as s
 s.Store._rename = lambda self, staging, final: time.sleep(3600)  # a writer stuck (or killed) just before publishing
-from prefdata.cli import main
+from prefdata.commands.cli import main
 main(["import", sys.argv[1], "--name", "race"])
 """
 
@@ -346,7 +346,7 @@ def test_every_manifest_field_is_signed(store_root, old, new):
 
 def test_a_signature_from_before_every_field_was_signed_still_verifies(store_root):
     """A manifest signed by the older scheme (status record only) keeps verifying on those fields."""
-    from prefdata.store import _SIGNED_V1, Store, key_id, status_mac
+    from prefdata.data.store import _SIGNED_V1, Store, key_id, status_mac
 
     ref = imported(store_root)
     store = Store()

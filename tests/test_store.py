@@ -11,9 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from prefdata.errors import GateFailed, UnusableInput
-from prefdata.importer import import_file, import_to_store
-from prefdata.store import Store
+from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.data.importer import import_file, import_to_store
+from prefdata.data.store import Store
 
 
 def make_version(store: Store, name: str, rows: list[dict]):
@@ -132,7 +132,7 @@ def test_concurrent_publishes_leave_only_whole_versions(store_root, tmp_path):
     # and concurrent status writers never corrupt the manifest
     target = found[0].ref
     writers = [subprocess.Popen([sys.executable, "-c",
-                                 "from prefdata.store import Store; import sys; Store(sys.argv[1]).set_status(sys.argv[2], 'rejected', note=sys.argv[3])",
+                                 "from prefdata.data.store import Store; import sys; Store(sys.argv[1]).set_status(sys.argv[2], 'rejected', note=sys.argv[3])",
                                  str(store_root), target, str(i)]) for i in range(4)]
     assert [w.wait(timeout=120) for w in writers] == [0] * 4
     history = store.get(target).manifest["status_history"]

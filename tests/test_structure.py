@@ -11,7 +11,7 @@ import warnings
 import polars as pl
 import pytest
 
-from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, render_card
+from prefdata.data.card import GUIDELINE_SECTIONS, PLACEHOLDER, render_card
 from prefdata.checks.structure import (
     PREFIX_TIERS,
     check_annotation_guidelines,
@@ -23,9 +23,9 @@ from prefdata.checks.structure import (
     identical_after_normalisation,
     length_ratios,
 )
-from prefdata.importer import import_file
-from prefdata.records import normalise_text
-from prefdata.store import sft_subset
+from prefdata.data.importer import import_file
+from prefdata.data.records import normalise_text
+from prefdata.data.store import sft_subset
 
 HH = "hh-rlhf-harmless/test.jsonl.gz"
 PANDALM = "pandalm/testset-v1.json"

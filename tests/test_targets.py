@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from prefdata.errors import UnusableInput
-from prefdata.targets import load_target
+from prefdata.base.errors import UnusableInput
+from prefdata.base.targets import load_target
 
 
 def test_loads_the_named_function():
@@ -21,7 +21,7 @@ def test_loads_the_named_function():
     ("no_such_module_xyz:f", ["'no_such_module_xyz:f' cannot be loaded", "cannot import it",
                               "No module named 'no_such_module_xyz'", "looked for module 'no_such_module_xyz'"]),
     ("prefdata.world:no_such", ["module 'prefdata.world' has no attribute 'no_such'", "world", "'no_such' in it"]),
-    ("prefdata.targets:__doc__", ["'__doc__' is a str, not a function", "then a callable"]),
+    ("prefdata.base.targets:__doc__", ["'__doc__' is a str, not a function", "then a callable"]),
     ("prefdata.world", ["it is not module:function"]),
     (":verify", ["it is not module:function"]),
     ("prefdata.world:", ["it is not module:function"]),
@@ -44,12 +44,12 @@ def test_the_module_path_is_named_when_the_attribute_is_missing():
 
 
 def test_a_non_callable_is_returned_when_asked():
-    assert load_target("prefdata.targets:__doc__", require_callable=False) == sys.modules["prefdata.targets"].__doc__
+    assert load_target("prefdata.base.targets:__doc__", require_callable=False) == sys.modules["prefdata.base.targets"].__doc__
 
 
 def test_collection_and_the_collect_command_use_it():
-    from prefdata.collect_cli import judge_params
-    from prefdata.collection import import_target
+    from prefdata.commands.collect import judge_params
+    from prefdata.collect.collection import import_target
 
     assert import_target("prefdata.world:verify") is load_target("prefdata.world:verify")
     with pytest.raises(UnusableInput, match="looked for module 'prefdata.world'"):

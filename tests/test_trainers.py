@@ -14,8 +14,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.
 
 import pytest
 
-from prefdata.errors import PrefdataError, UnusableInput
-from prefdata.store import Store
+from prefdata.base.errors import PrefdataError, UnusableInput
+from prefdata.data.store import Store
 from prefdata.world import WorldConfig, build_world, sampling_prompts, sft_data
 from prefdata.world.tasks import ARITH_RE
 
@@ -85,7 +85,7 @@ def changed_parameters(before_dir: Path, after_dir: Path) -> tuple[int, int]:
 
 
 def test_a_draft_or_tampered_version_is_refused(dataset, world, tmp_path):
-    from prefdata.store import Store
+    from prefdata.data.store import Store
     from prefdata.trainers import train
 
     store = tmp_path / "store"
@@ -342,7 +342,7 @@ def test_rm_trains_a_scorer_that_checks_can_use(dataset, reward_model, tmp_path)
     # one PPO's scorer uses: the reported accuracy is the share of pairs that scorer ranks right.
     import torch
 
-    from prefdata.reward_scoring import RewardModelScorer
+    from prefdata.models.reward import RewardModelScorer
     from prefdata.trainers.common import load_validated
 
     held = load_validated(dataset["ref"], dataset["store"]).eval
@@ -375,7 +375,7 @@ def test_reward_model_gate_refuses_a_weak_or_unrecorded_reward_model(dataset, wo
     """grpo and ppo refuse an rm:DIR reward below min_rm_accuracy (exit 1), one whose card lacks the
     figure (exit 1) and a folder with no card (exit 2), in one line, before any model is loaded (nothing
     is written to the output folder)."""
-    from prefdata.errors import GateFailed
+    from prefdata.base.errors import GateFailed
     from prefdata.trainers import train
 
     weak = rm_copy(reward_model, tmp_path / "weak", accuracy=0.55)
@@ -422,7 +422,7 @@ def test_reward_model_gate_accepts_a_reward_model_at_the_bar(dataset, world, rew
                 output_dir=tmp_path / "p")
     assert ppo.metrics["steps"] == 1 and ppo.metrics["reward_as"] == "adapter"  # trained on the same base: no copy
     # A stricter bar refuses the same model; a waived gate takes one without a card.
-    from prefdata.errors import GateFailed
+    from prefdata.base.errors import GateFailed
 
     with pytest.raises(GateFailed, match="below min_rm_accuracy 0.7"):
         train("ppo", dataset["ref"], ppo_rm_config(dataset, world, good, min_rm_accuracy=0.7), store=dataset["store"],
@@ -730,9 +730,9 @@ def test_readme_training_block_runs_as_written_after_the_demo(tmp_path):
 
 
 def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
-    """rule rewards, evaluators and plugins load through prefdata.targets: one line that says what was
+    """rule rewards, evaluators and plugins load through prefdata.base.targets: one line that says what was
     looked for; PPO scores a reward-model folder with the one shared scorer."""
-    import prefdata.reward_scoring
+    import prefdata.models.reward
     import prefdata.trainers as registry
     from prefdata.trainers.common import load_evaluator, rule_reward
     from prefdata.trainers.ppo import RewardModelScorer
@@ -745,7 +745,7 @@ def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
     monkeypatch.setattr(registry, "BUILTINS", {**registry.BUILTINS, "gone": "prefdata.world:no_plugin"})
     with pytest.raises(UnusableInput, match=r"trainer gone 'prefdata.world:no_plugin' cannot be loaded: .*looked for"):
         registry.load("gone")
-    assert RewardModelScorer is prefdata.reward_scoring.RewardModelScorer
+    assert RewardModelScorer is prefdata.models.reward.RewardModelScorer
 
 
 def test_show_config_prints_every_field_with_default_and_help(tmp_path):

@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import polars as pl
 import pytest
 
-from prefdata.records import VOTE_COLUMNS, VOTE_VALUES, pair_id
+from prefdata.data.records import VOTE_COLUMNS, VOTE_VALUES, pair_id
 from prefdata.world import (
     SimulatedAnnotator,
     WorldConfig,
@@ -330,7 +330,7 @@ def test_model_judge_runs_on_the_world_model(tiny_world):
 def test_reference_template_names_the_response_that_matches_the_judges_answer():
     """world-judge-v2: the judge sees only the problem and answers it; the parser names the one
     response whose answer equals the judge's, and gives no verdict when neither or both match."""
-    from prefdata.judging import Template
+    from prefdata.collect.judging import Template
 
     t = Template.load("world-judge-v2")
     assert t.reference and t.version == "2"
@@ -361,7 +361,7 @@ def test_pairwise_judge_with_the_reference_template_over_http():
     """PairwiseLLMJudge, both orders, against a real HTTP server that answers like a judge that solves
     the problem: matching pairs are consistent verdicts; an answer neither response gives is
     `no_match`, garbage is `unparseable`; both undecided; the first-position rate is measured."""
-    from prefdata.judging import JudgeReport, PairToJudge, PairwiseLLMJudge
+    from prefdata.collect.judging import JudgeReport, PairToJudge, PairwiseLLMJudge
     from scripted_server import ScriptedServer
 
     items = [PairToJudge(p, a, b) for _, p, a, b in _comparisons(8)]
@@ -382,7 +382,7 @@ def test_pairwise_judge_with_the_reference_template_over_http():
 
 
 def test_first_position_rate_counts_replies_that_named_the_first_shown_response():
-    from prefdata.judging import JudgeReport, Verdict
+    from prefdata.collect.judging import JudgeReport, Verdict
 
     def v(votes, label, reason):
         return Verdict("p", label, None, reason, "llm-pairwise", "m", votes=votes)

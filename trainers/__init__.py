@@ -12,6 +12,10 @@ must beat). Another package adds a method through the entry-point group
     kto = "my_package.kto:plugin"
 
 Targets load lazily: listing the methods imports neither torch nor TRL.
+
+May import: prefdata.base, prefdata.models, prefdata.data (validated versions), and
+prefdata.checks.template_fit alone (`train` refuses pairs the trainer would cut, with the check
+`prefdata check` runs).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 BUILTINS = {
     "rm": "prefdata.trainers.rm:plugin",
@@ -62,7 +66,7 @@ def load(method: str) -> Plugin:
     known = targets()
     if method not in known:
         raise UnusableInput(f"unknown training method {method!r}: use one of {', '.join(sorted(known))}")
-    from prefdata.targets import load_target
+    from prefdata.base.targets import load_target
 
     plugin = load_target(known[method], what=f"trainer {method}", require_callable=False)
     if not isinstance(plugin, Plugin):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.errors import GateFailed, UnusableInput, ways_out
+from prefdata.base.errors import GateFailed, UnusableInput, ways_out
 
 DEFAULT_SFT_RATIO = 0.2  # seed pitfall 6: "1 preference pair : 0.2 SFT"
 
@@ -96,7 +96,7 @@ def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, 
     has one; otherwise a fixed share of prompts is held out (by prompt, so no prompt is in both)."""
     import polars as pl
 
-    from prefdata.store import Store
+    from prefdata.data.store import Store
 
     st = Store(store)
     v = st.get(ref)
@@ -268,8 +268,8 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
 def check_base_model(spec: str) -> None:
     """Refuse, in one line (exit 2), a base model that cannot load, before any training starts: a
     missing path, a folder or file that is not a saved model, a hub name that cannot be fetched. A GGUF
-    file is converted here, once (prefdata.models), so the checks below read the converted folder."""
-    from prefdata.models import load_config, local_model
+    file is converted here, once (prefdata.models.loading), so the checks below read the converted folder."""
+    from prefdata.models.loading import load_config, local_model
 
     fix = ("give a model folder written by save_pretrained (config.json and weights; the demo world's "
            "is printed by `prefdata world build`), a .gguf file or a hub model name")
@@ -350,7 +350,7 @@ def lora_config(mix: MixConfig, task_type: str = "CAUSAL_LM"):
 
 def rule_reward(spec: str) -> Callable:
     """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
-    from prefdata.targets import load_target
+    from prefdata.base.targets import load_target
 
     verifier = load_target(spec, what="rewards: rule")
     name = spec.partition(":")[2]
@@ -408,7 +408,7 @@ def check_reward_models(rewards: list[str], min_accuracy: float | None) -> None:
 def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | None:
     if not spec:
         return None
-    from prefdata.targets import load_target
+    from prefdata.base.targets import load_target
 
     return load_target(spec, what="evaluator")
 
@@ -506,7 +506,7 @@ def _mean_logps(model, tokenizer, examples) -> list[float]:
 def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) -> dict[str, float]:
     """The figures a run reports before and after: preference accuracy on held-out pairs, held-out SFT
     loss (the alignment tax), and whatever the configured evaluator measures."""
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     model = load_causal_lm(model_dir)

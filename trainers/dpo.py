@@ -41,7 +41,7 @@ class DPOTrainConfig(RunDefaults, PairTrainDefaults, DPOConfig, MixConfig):
 
 def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     timer = Timer()
     before = evaluate_model(cfg.base_model, cfg, data)

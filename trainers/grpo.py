@@ -19,7 +19,7 @@ from typing import Callable
 
 from trl import GRPOConfig, GRPOTrainer
 
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 from prefdata.trainers import Plugin
 from prefdata.trainers.common import (
     DEFAULT_MIN_RM_ACCURACY,
@@ -77,7 +77,7 @@ def reward_funcs(specs: list[str]) -> list:
 
 def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     timer = Timer()
     funcs = reward_funcs(cfg.rewards)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Callable, Sequence
 
-from prefdata.errors import GateFailed
+from prefdata.base.errors import GateFailed
 
 History = Sequence[dict]
 Guard = Callable[[History], "str | None"]

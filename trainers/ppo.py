@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from prefdata.reward_scoring import RewardModelScorer, reward_text
+from prefdata.models.reward import RewardModelScorer, reward_text
 from prefdata.trainers.guards import GuardTripped
 
 Reward = Callable[[list[str], list[str]], list[float]]
@@ -140,7 +140,7 @@ class RewardAdapterScorer:
         import torch
         from peft import LoraConfig, set_peft_model_state_dict
         from safetensors.torch import load_file
-        from prefdata.models import load_config, load_tokenizer
+        from prefdata.models.loading import load_config, load_tokenizer
 
         saved = LoraConfig.from_pretrained(adapter)
         state = load_file(adapter / "adapter_model.safetensors")
@@ -181,7 +181,7 @@ class RewardAdapterScorer:
     def __call__(self, prompts: list[str], completions: list[str]) -> list[float]:
         import torch
 
-        # TRL's RewardTrainer text, eos appended once (prefdata.reward_scoring): what the adapter was trained on.
+        # TRL's RewardTrainer text, eos appended once (prefdata.models.reward): what the adapter was trained on.
         texts = [reward_text(p, c, self.tokenizer.eos_token or "") for p, c in zip(prompts, completions)]
         backbone = self.model.get_base_model()
         backbone = getattr(backbone, backbone.base_model_prefix)  # e.g. LlamaModel: the LoRA layers live in it
@@ -236,7 +236,7 @@ def load_policy(base_model: str | Path, config: PPOConfig, device):
     """(tokenizer, peft model, value head): one base, a LoRA adapter, a zero-initialised V head."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(base_model)
     if tokenizer.pad_token is None:
@@ -601,7 +601,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 
 
 def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
-    from prefdata.errors import UnusableInput
+    from prefdata.base.errors import UnusableInput
     from prefdata.trainers.common import Timer, before_after, check_reward_models, evaluate_model, rule_reward, sft_pool
     from prefdata.trainers.curves import reports_to, tensorboard_callback
     from prefdata.trainers.guards import defaults, step_guard

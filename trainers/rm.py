@@ -2,7 +2,7 @@
 
 Its output serves the label-direction check (`prefdata check --scorer rm:DIR`), GRPO (`rewards:
 [rm:DIR]`) and PPO. The held-out figure is pairwise accuracy: the share of held-out pairs whose chosen
-side it scores higher, through prefdata.reward_scoring.RewardModelScorer, the scorer the checks and PPO use.
+side it scores higher, through prefdata.models.reward.RewardModelScorer, the scorer the checks and PPO use.
 A reward model is not a policy, so nothing is mixed in: there is no generation skill to tax.
 """
 
@@ -37,10 +37,10 @@ def pairwise_accuracy(model_dir: Path | str, pairs: list[dict[str, str]]) -> flo
     """Share of pairs whose chosen side the reward model scores strictly higher.
 
     Each side is scored as TRL's RewardTrainer trained it on non-chat data, by the one shared scorer
-    (prefdata.reward_scoring): prompt + completion + eos (appended once), the score read at the eos
+    (prefdata.models.reward): prompt + completion + eos (appended once), the score read at the eos
     token. Without the eos the score is read at the answer's last token, where the head was never
     trained (on the demo version: train pairs ranked right 0.53 against 0.65)."""
-    from prefdata.reward_scoring import RewardModelScorer
+    from prefdata.models.reward import RewardModelScorer
 
     if not pairs:
         return None
@@ -64,7 +64,7 @@ def run(cfg: RMTrainConfig, data: TrainingData, output_dir: Path, log: Callable[
     from datasets import Dataset
     from transformers import set_seed
 
-    from prefdata.models import load_reward_model, load_tokenizer
+    from prefdata.models.loading import load_reward_model, load_tokenizer
 
     timer = Timer()
     set_seed(cfg.seed)  # the new score head is drawn here, before the trainer seeds anything: same seed, same model

@@ -14,7 +14,7 @@ from typing import Callable
 
 from trl import SFTConfig, SFTTrainer
 
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 from prefdata.trainers import Plugin
 from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData
 from prefdata.trainers.common import evaluate_model, lora_config, read_sft_file, train_and_measure
@@ -42,7 +42,7 @@ def training_examples(cfg: SFTTrainConfig, data: TrainingData) -> list[tuple[str
 
 def run(cfg: SFTTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from datasets import Dataset
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     timer = Timer()
     before = evaluate_model(cfg.base_model, cfg, data)

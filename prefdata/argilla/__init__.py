@@ -8,6 +8,8 @@
 
 Names load on first use (PEP 562), so `prefdata --help`, which imports the CLI module beside
 this one, loads neither polars nor the argilla SDK.
+
+May import: prefdata.base, prefdata.data, prefdata.checks (vote statistics).
 """
 
 from importlib import import_module

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 
 def sample_rows(rows: pl.DataFrame, sample: int | None, seed: int, id_column: str = "pair_id") -> pl.DataFrame:
@@ -46,8 +46,8 @@ def read_audit_votes(path: Path, pair_ids: pl.Series) -> pl.DataFrame:
     """Votes pulled from a label audit (pair_id, annotator, vote, label) for the version whose ids
     are `pair_ids`. Strict: a vote for a pair the version lacks, a value that is not a vote, or a
     pair voted twice by one annotator means the wrong file: one line, nothing guessed."""
-    from prefdata.formats import RowRejected, parse_vote
-    from prefdata.readers import read_rows
+    from prefdata.data.formats import RowRejected, parse_vote
+    from prefdata.data.readers import read_rows
 
     path = Path(path)
     if not path.is_file():

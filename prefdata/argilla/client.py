@@ -10,7 +10,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.base.errors import PrefdataError, UnusableInput
 
 KEY_HINT = "pass --api-key or set ARGILLA_API_KEY (for the local server: `prefdata argilla status`)"
 

@@ -20,7 +20,7 @@ import polars as pl
 
 from prefdata.argilla.client import argilla_errors, connect, resolve
 from prefdata.argilla.push import SHOWN
-from prefdata.errors import UnusableInput
+from prefdata.base.errors import UnusableInput
 
 VOTES_SCHEMA = {
     "pair_id": pl.String, "annotator": pl.String, "vote": pl.String, "rationale": pl.String,

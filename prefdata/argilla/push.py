@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from prefdata.argilla.client import argilla_errors, connect, resolve
-from prefdata.errors import PrefdataError, UnusableInput
+from prefdata.base.errors import PrefdataError, UnusableInput
 
 REQUIRED = ("pair_id", "prompt", "response_a", "response_b")
 VOTE_LABELS = {"a": "Response A is better", "b": "Response B is better", "tie": "Tie: equally good or equally bad"}
@@ -67,7 +67,7 @@ def shown_order(pair_id: str, seed: int) -> str:
 def guidelines_from_card(markdown: str) -> str | None:
     """The annotation guidelines for Argilla from a guideline document or dataset card (checklist
     item 12): its Annotation guidelines, Rubric and Edge cases sections, in that order."""
-    from prefdata.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
+    from prefdata.data.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
 
     found = sections(strip_front_matter(markdown))
     parts = [f"## {title}\n\n{found[title]}" for title in GUIDELINE_SECTIONS

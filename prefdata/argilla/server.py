@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from prefdata.errors import PrefdataError
+from prefdata.base.errors import PrefdataError
 
 SERVER_VERSION = "2.8.0"
 DEFAULT_PORT = 6900  # Argilla's own default

@@ -14,6 +14,8 @@ take their place by path. Simulated annotators (annotators.py) vote with a known
 measures any pairwise judge against the verifier.
 
 Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.
+
+May import: prefdata.base, prefdata.models, prefdata.data, prefdata.collect (its judge is a pairwise judge).
 """
 
 from prefdata.world.annotators import SimulatedAnnotator, annotator_pool, correct_vote, votes_frame

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
-from prefdata.records import VOTE_COLUMNS, pair_id as make_pair_id
+from prefdata.data.records import VOTE_COLUMNS, pair_id as make_pair_id
 from prefdata.world.tasks import verify
 
 Verifier = Callable[[str, str], bool]

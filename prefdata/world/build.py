@@ -229,7 +229,7 @@ def evaluate(model_path: Path | str, config: WorldConfig | None = None, world: P
     of the world the model sits in (../world.json), else of the default world. A model trained
     elsewhere names its world, so before and after are scored on the same prompts.
     """
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
     from prefdata.world.model import general_accuracy, task_accuracy
 
     model_path = Path(model_path)

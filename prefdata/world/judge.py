@@ -1,7 +1,7 @@
 """The world's reference judge, and judging a judge against the verifier.
 
 The world's LLM judge runs the real path: `transformers serve` loads the judge model, and
-prefdata.judging.PairwiseLLMJudge asks it over the OpenAI-compatible chat API, both orders per pair,
+prefdata.collect.judging.PairwiseLLMJudge asks it over the OpenAI-compatible chat API, both orders per pair,
 with the template `templates/judge/world-judge-v2.txt`. It is reference-guided judging (MT-Bench,
 Zheng et al. 2023): the judge solves the problem itself ("347+058=" -> "0405") and the template's
 parser names the response whose answer equals the judge's; neither or both -> undecided, routed to
@@ -39,8 +39,8 @@ Judge = Callable[[str, str, str], "str | None"]
 def model_judge(model_path: Path | str, template: str = JUDGE_TEMPLATE_NAME) -> Judge:
     """The reference judge in-process: a local causal LM answers the rendered template (greedy), and
     the template's parser names the matching response. Answers are cached per question."""
-    from prefdata.judging import Template
-    from prefdata.models import load_causal_lm, load_tokenizer
+    from prefdata.collect.judging import Template
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
     from prefdata.world.model import generate
 
     tokenizer = load_tokenizer(model_path)
@@ -109,7 +109,7 @@ def judge_comparisons(n: int, seed: int = 1) -> list[tuple[str, str, str]]:
 
 
 def verdict_agreement(items, verdicts, verifier=verify) -> dict:
-    """How prefdata.judging verdicts (label "a" | "b" | "tie" | None) fare against the verifier, over
+    """How prefdata.collect.judging verdicts (label "a" | "b" | "tie" | None) fare against the verifier, over
     the items (PairToJudge) where it prefers exactly one side. Same keys as judge_agreement, with
     position consistency among pairs whose two orders both parsed, and the undecided share."""
     n = agree = decided = consistent = inconsistent = unparseable = 0
@@ -140,8 +140,8 @@ def measure_served_judge(model_path: Path | str, n: int = 100, log_dir: Path | s
     through the chat API, and score the verdicts against the verifier. The server is stopped by its pid."""
     import time
 
-    from prefdata.judging import PairToJudge, PairwiseLLMJudge
-    from prefdata.local_serve import TransformersServe
+    from prefdata.collect.judging import PairToJudge, PairwiseLLMJudge
+    from prefdata.collect.local_serve import TransformersServe
 
     model_path = Path(model_path).resolve() if Path(model_path).exists() else model_path  # the server resolves names itself
     items = [PairToJudge(*c) for c in judge_comparisons(n)]

@@ -1,0 +1,12 @@
+"""Shared tools every layer may use, importing nothing else of prefdata.
+
+    errors      errors a user can act on (one line, an exit code)
+    outputs     output paths checked before any work
+    scratch     private temporary folders, swept after a killed run
+    processes   servers a command starts die with it; a stopped command ends in seconds
+    progress    per-stage progress of a flow run, and how a command draws it
+    specs       the one syntax of judges, scorers and verifiers ("llm:PATH", "rm:PATH", "rule:mod:fn")
+    targets     the one loader of "module:function" settings
+
+May import: nothing of prefdata.
+"""

@@ -1,0 +1,113 @@
+"""From judged, routed and voted comparisons to the tables of a draft version. Pure functions, no
+Prefect: the collect flow calls them, tests call them directly.
+
+Who labels a comparison (its `label_source`):
+
+    route "judge"            the judge's label
+    route "human" / "both"   the human votes' label when there are votes: their majority, or with
+                             aggregate "dawid-skene" the label of checks/agreement.py's Dawid-Skene
+                             model, which weighs each annotator by its estimated quality ("both" is
+                             the audit: humans overrule the judge, and their agreement is measured);
+                             with no votes yet, "both" keeps the judge's label and "human" stays
+                             unlabeled (`awaiting_votes`) until a later run pulls votes
+
+A comparison labelled a or b becomes a chosen/rejected pair; ties, pairs without a majority and
+pairs awaiting votes stay in the comparisons table, counted by reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any, Callable, Iterable, Sequence
+
+from prefdata.data.records import VOTE_COLUMNS
+
+# What a pair row keeps from its comparison (the store's pairs table stays lean; the rest is in comparisons).
+PAIR_KEEP = ("id", "pair_id", "prompt_id", "prompt", "chosen", "rejected", "chosen_model", "rejected_model",
+             "label_source")
+COMPARISON_KEEP = ("id", "pair_id", "prompt_id", "prompt", "response_a", "response_b", "label", "label_source",
+                   "model_a", "model_b", "sampling_a", "sampling_b", "candidate_a", "candidate_b",
+                   "judge_label", "judge_reason", "judge_model", "judge_template", "route", "route_reason")
+
+
+def chunks(items: Sequence, size: int) -> list[list]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def chunk_seed(seed: int, prompts: Iterable[str]) -> int:
+    """A sampling seed from the run's seed and the chunk's own prompts, so a chunk samples the same
+    candidates wherever it runs and whatever its position in the run."""
+    digest = hashlib.sha256(f"{seed}\0".encode() + "\0".join(prompts).encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def import_target(spec: str) -> Callable:
+    """'package.module:function' -> the function (a rule verifier); one line naming what was looked
+    for when it is not there (prefdata/base/targets.py, the one loader)."""
+    from prefdata.base.targets import load_target
+
+    return load_target(spec, what="verifier")
+
+
+def label(routed: list[dict], comparisons: list[dict], votes: list[dict], aggregate: str = "majority") -> list[dict]:
+    """Comparison rows (in the order given) with `label`, `label_source` and the judge's and router's
+    columns; `routed` is prefdata.collect.routing.route's output for the same comparisons. `aggregate` turns
+    a pair's human votes into its label: "majority" (more than half agree, else no label) or
+    "dawid-skene" (EM over all the votes of the run: an annotator who votes at random counts for
+    little; every voted pair gets its most probable label, where a majority may find none)."""
+    from prefdata.data.formats import vote_labels
+
+    human_label = vote_labels(votes, aggregate)
+    out = []
+    for comparison, r in zip(comparisons, routed, strict=True):
+        if comparison["pair_id"] != r["pair_id"]:
+            raise ValueError(f"routed row {r['pair_id']} given for comparison {comparison['pair_id']}")
+        human = r["pair_id"] in human_label  # voted on
+        if r["route"] == "judge" or (r["route"] == "both" and not human):
+            value, source = r["judge_label"], "judge"
+        elif human:
+            value, source = human_label[r["pair_id"]], "human"
+        else:
+            value, source = None, None
+        row = {**comparison, "label": value, "label_source": source,
+               **{k: r[k] for k in ("judge_label", "judge_reason", "judge_model", "judge_template", "route",
+                                    "route_reason")}}
+        out.append({k: row.get(k) for k in COMPARISON_KEEP})
+    return out
+
+
+def unresolved(row: dict) -> str | None:
+    if row["label"] in ("a", "b"):
+        return None
+    if row["label"] == "tie":
+        return "tie"
+    return "no_majority" if row["label_source"] == "human" else "awaiting_votes"
+
+
+def to_pair(row: dict) -> dict:
+    win, lose = ("a", "b") if row["label"] == "a" else ("b", "a")
+    pair = {**row, "chosen": row[f"response_{win}"], "rejected": row[f"response_{lose}"],
+            "chosen_model": row[f"model_{win}"], "rejected_model": row[f"model_{lose}"]}
+    return {k: pair[k] for k in PAIR_KEEP}
+
+
+def draft(labelled: list[dict], votes: list[dict]) -> tuple[dict, dict[str, Any]]:
+    """(store tables, counts) for Store.create: every comparison is kept (read = kept, nothing is
+    quarantined here); the decided ones are also pairs."""
+    import polars as pl
+
+    from prefdata.data.store import tables_for
+
+    pairs = [to_pair(r) for r in labelled if unresolved(r) is None]
+    pair_frame = pl.DataFrame(pairs, schema={k: pl.String for k in PAIR_KEEP}, orient="row") if pairs else \
+        pl.DataFrame(schema={k: pl.String for k in PAIR_KEEP})
+    schema = {k: (pl.Int64 if k.startswith("candidate_") else pl.String) for k in COMPARISON_KEEP}
+    comparison_frame = pl.DataFrame(labelled, schema=schema, orient="row")
+    vote_frame = pl.DataFrame([{k: v[k] for k in VOTE_COLUMNS} for v in votes],
+                              schema={k: pl.String for k in VOTE_COLUMNS}, orient="row") if votes else None
+    reasons = Counter(filter(None, map(unresolved, labelled)))
+    counts = {"format": "collect", "read": len(labelled), "kept": len(labelled), "quarantined": 0,
+              "pairs": len(pairs), "unresolved": dict(reasons.most_common()), "reasons": {},
+              "label_source": dict(Counter(r["label_source"] or "none" for r in labelled))}
+    return tables_for(pair_frame, comparison_frame, vote_frame), counts

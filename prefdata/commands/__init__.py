@@ -1,0 +1,14 @@
+"""The commands: the `prefdata` command line, on top of everything.
+
+    cli       the typer app: import, check, filter, publish, train, versions, the model tools
+    collect   `prefdata collect` (over the collect flow)
+    demo      `prefdata demo`: the whole loop on the embedded world
+    argilla   `prefdata argilla ...`: the local server, users, push and pull
+    serve     `prefdata serve` and `prefdata run`: prefect.yaml's deployments
+    console   the terminal every command writes to
+
+Heavy libraries (torch, TRL, Prefect, Great Expectations) load inside the commands that use
+them, so `prefdata --help` loads none.
+
+May import: anything.
+"""

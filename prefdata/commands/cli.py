@@ -1,0 +1,719 @@
+"""The `prefdata` command line. Heavy libraries are imported inside the commands that need them,
+so `prefdata --help` stays fast and never loads torch, TRL or Great Expectations."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prefdata.base.errors import GateFailed, NoSpace, PrefdataError, UnusableInput
+from prefdata.base.outputs import writable_dir, writable_file
+from prefdata.commands.console import terminal, track
+
+app = typer.Typer(
+    name="prefdata",
+    help="Preference data you can trust: import, check, version, and train from validated versions.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+_state = {"verbose": False}
+
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")]
+
+
+def _write_json(path: Path | None, payload: dict) -> None:
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise UnusableInput(f"--json {path}: cannot write it ({exc.strerror})") from None
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False) -> None:
+    _state["verbose"] = verbose
+
+
+@app.command("import")
+def import_cmd(
+    src: Annotated[Path, typer.Argument(help="JSONL, JSON, CSV, TSV or Parquet file, gzipped or not.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="auto, trl, trl-chat, hh-rlhf or comparisons.")] = "auto",
+    votes: Annotated[Optional[Path], typer.Option(help="Long votes table: pair_id, annotator, vote (a|b|tie).")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Write a draft version NAME@VERSION into the store.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write normalised rows to this .jsonl or .parquet file.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
+    card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
+    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = 1 << 20,
+    aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
+                                                "(weighted by each annotator's estimated quality).")] = "majority",
+    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet file of more rows than this goes into the "
+                                                 "store this many rows at a time (bounds memory).", min=1)] = 1_000_000,
+    store: StoreOpt = None,
+) -> int:
+    """Import preference data, quarantining every row that cannot be used (with its reason)."""
+    from prefdata.data.importer import import_file, import_file_to_store
+    from prefdata.data.writers import write_rows, write_quarantine
+
+    if (name is None) == (out is None):
+        raise UnusableInput("give exactly one of --name NAME (store a draft version) or --out FILE (write rows)")
+    writable_file(json_path, "--json")
+    writable_file(out, "--out")
+    from prefdata.gate.runner import read_text
+
+    guidelines = read_text(card)
+    from prefdata.data.formats import AGGREGATES
+
+    if aggregate not in AGGREGATES:
+        raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
+    if out is not None:
+        result = import_file(src, fmt=format, votes=votes, max_text_bytes=max_text_bytes, track=track,
+                             aggregate=aggregate)
+        if result.quarantine and not result.pairs.height:  # nothing kept: the quarantine says why
+            from prefdata.data.importer import require_kept
+
+            require_kept(result, f"; see {write_quarantine(result.quarantine, out)}")
+        summary = result.summary()
+        summary["outputs"] = write_rows(result, out)
+        summary["quarantine_file"] = str(write_quarantine(result.quarantine, out))
+    else:
+        from prefdata.data.store import Store
+
+        st = Store(store)
+        result, version = import_file_to_store(src, name, st, fmt=format, votes=votes, max_text_bytes=max_text_bytes,
+                                               track=track, aggregate=aggregate, guidelines=guidelines,
+                                               batch_rows=batch_rows)
+        summary = result.summary()
+        summary["version"] = version.ref
+        summary["status"] = version.status  # the same content imported again keeps its status
+        summary["store"] = st.url
+        summary["quarantine_file"] = f"{st.path(version.ref)}/quarantine.jsonl" if result.quarantine else None
+    _write_json(json_path, summary)
+    _print_import(summary)
+    return 0
+
+
+def _print_import(summary: dict) -> None:
+    console = terminal()
+    console.print(
+        f"read {summary['read']} = kept {summary['kept']} + quarantined {summary['quarantined']}"
+        f"  ({summary['pairs']} preference pairs, format {summary['format']})"
+    )
+    for reason, n in summary["unresolved"].items():
+        console.print(f"  kept but not a pair: {n} {reason}")
+    for reason, n in summary["reasons"].items():
+        console.print(f"  quarantined: {n} {reason}")
+    if summary.get("votes_read"):
+        console.print(f"votes read {summary['votes_read']} = kept {summary['votes_kept']} + quarantined {summary['votes_quarantined']}")
+    if summary.get("quarantine_file"):
+        console.print(f"quarantine: {summary['quarantine_file']}")
+    if "version" in summary:
+        console.print(f"version: {summary['version']} ({summary['status']})")
+
+
+@app.command()
+def versions(name: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+             json_out: Annotated[bool, typer.Option("--json", help="Print every version's whole manifest, with its id, as a JSON list.")] = False,
+             store: StoreOpt = None) -> int:
+    """List the versions in the store: the full NAME@VERSION id first, never cut (in a pipe too)."""
+    from prefdata.data.store import Store
+
+    st = Store(store)
+    found = st.versions(name)
+    if json_out:
+        print(json.dumps([{"id": v.ref, **v.manifest} for v in found], indent=2, ensure_ascii=False))
+        return 0
+    from prefdata.data.store import DAMAGED
+
+    rows, doubtful, unchecked, damaged = [("id", "status", "pairs", "checks", "created")], False, None, False
+    for v in found:
+        counts = v.manifest["counts"]["rows"].get("default", {})
+        report = v.manifest.get("check_report")
+        checks = "-" if not isinstance(report, dict) else ("passed" if report.get("passed") else "failed")
+        if v.status == DAMAGED:
+            damaged = True
+            rows.append((v.ref, DAMAGED + "!", "-", "-", "-"))
+            continue
+        try:
+            unsigned = bool(st.status_problems(v.manifest))
+        except UnusableInput as exc:  # no usable key here: the listing still lists, every claim marked
+            unsigned, unchecked = v.status != "draft", str(exc)
+        doubtful |= unsigned
+        rows.append((v.ref, v.status + "?" * unsigned, str(sum(counts.values())), checks, v.manifest["created_at"]))
+    # Plain columns sized to their content, no table widget: an id is never cut or wrapped inside a
+    # cell, whatever the terminal's width; a long line runs on, the id whole at its start.
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    if doubtful:
+        print(f"? the status could not be checked: {unchecked}" if unchecked else
+              "? the status does not match its signature: run `prefdata verify ID`")
+    if damaged:
+        print("! the version's manifest.json cannot be read: run `prefdata verify ID` (the other versions are unaffected)")
+    return 0
+
+
+@app.command()
+def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the latest).")],
+         json_out: Annotated[bool, typer.Option("--json", help="Print the whole manifest as JSON.")] = False,
+         store: StoreOpt = None) -> int:
+    """Show a version: status, rows per split, lineage and check results."""
+    from prefdata.data.store import Store
+
+    from prefdata.data.store import DAMAGED
+
+    st = Store(store)
+    v = st.get(ref)
+    m = v.manifest
+    if v.status == DAMAGED:
+        raise GateFailed(f"{v.ref}: {m['damaged']} (see `prefdata verify {v.ref}`)")
+    if json_out:
+        print(json.dumps(m, indent=2, ensure_ascii=False))
+        return 0
+    console = terminal()  # soft wrap: the id, first, is never cut
+    console.print(f"{v.ref}  status: {m['status']}  created: {m['created_at']}")
+    try:
+        for problem in st.status_problems(m):
+            console.print(f"  untrusted {problem} (see `prefdata verify {v.ref}`)")
+    except UnusableInput as exc:  # no readable key: say so, show the rest
+        console.print(f"  status not checked: {exc}")
+    for config, splits in m["counts"]["rows"].items():
+        console.print(f"  {config}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
+    counts = m["counts"]
+    console.print(f"  read {counts['read']} = kept {counts['kept']} + quarantined {counts['quarantined']}")
+    for source in m["lineage"].get("sources", []):
+        console.print(f"  source ({source.get('role', 'data')}): {source['path']}  sha256 {source['sha256'][:12]}")
+    if m["lineage"].get("parent"):
+        console.print(f"  parent: {m['lineage']['parent']}")
+    report = m.get("check_report")
+    if report:
+        console.print(f"  checks: {'passed' if report['passed'] else 'FAILED'}")
+        for c in report["checks"]:
+            console.print(f"    {c['status']:5}  {c['id']}  metric={c['metric']}  threshold={c['threshold']}")
+    return 0
+
+
+@app.command()
+def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: StoreOpt = None) -> int:
+    """Check every file of a version against its manifest, and its status against its signature;
+    exit 1 on any change, loss or addition (dot-files too), or a status or report edited by hand."""
+    from prefdata.data.store import Store
+
+    st = Store(store)
+    v = st.get(ref)
+    problems = st.verify(v.ref)
+    console = terminal()
+    if problems:
+        for p in problems:
+            console.print(f"{v.ref}: {p}")
+        console.print(f"{v.ref}: FAILED verification ({len(problems)} problem{'s' * (len(problems) != 1)})")
+        return 1
+    signed = ", its signature matches" if v.manifest.get("status_signature") else ""
+    console.print(f"{v.ref}: ok ({len(v.manifest['files'])} files match the manifest; status {v.status}{signed})")
+    return 0
+
+
+CheckOpts = {
+    "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke runs on a few dozen pairs); defaults: checks/checklist.yaml."),
+    "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
+    "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here."),
+    "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, llm:MODEL@URL or llm:PATH "
+                                "(an LLM judge, served or in process), rule:module:function, world or verdicts:FILE."),
+    "reference_prompts": typer.Option(help="Production prompts: .txt (one per line) or a table with a prompt column."),
+    "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
+}
+
+
+def _print_results(results, passed: bool) -> None:
+    """One line per check: readable in a terminal and in a CI log alike (full text in the reports)."""
+    import textwrap
+
+    from rich.markup import escape
+
+    colour = {"pass": "green", "fail": "red", "error": "red", "skip": "yellow"}
+    console = terminal()
+    for r in results:
+        metric = "-" if r.metric is None else f"{r.metric:.4g}"
+        threshold = "-" if r.threshold is None else f"{r.threshold:.4g}"
+        # a failing check's whole message (its fix is often at the end), wrapped under its line; others cut
+        if r.status in ("fail", "error"):
+            first, *rest = textwrap.wrap(r.message, 110) or [""]
+        else:
+            first, rest = (r.message if len(r.message) <= 110 else r.message[:107] + "..."), []
+        console.print(f"[{colour[r.status]}]{r.status.upper():5}[/] {r.id:24} {metric:>8} / {threshold:<8} "
+                      f"offending {r.n_offending:<6} {escape(first)}", markup=True, soft_wrap=True)
+        for line in rest:
+            console.print(f"      {escape(line)}", markup=True, soft_wrap=True)
+    console.print("[bold green]checklist passed[/]" if passed else "[bold red]checklist FAILED[/]", markup=True)
+
+
+def _checklist_items() -> dict[str, str]:
+    """Each check's checklist item, from the comment beside it in checks/checklist.yaml (the file a
+    user copies, so the listing and the file say the same)."""
+    import re
+    from importlib import resources
+
+    text = resources.files("prefdata.checks").joinpath("checklist.yaml").read_text(encoding="utf-8")
+    items = {m[1]: m[2].strip() for m in re.finditer(r"^  (\w+):[^#\n]*#\s*(.+)$", text, re.MULTILINE)}
+    # a comment that runs on to the next line is cut at its open bracket: the first line says the item
+    return {k: v[:v.rindex("(")].rstrip() if v.count("(") > v.count(")") else v for k, v in items.items()}
+
+
+def _list_checks(checklist: dict) -> None:
+    """`check --list-checks`: one line per check: id, checklist item, thresholds (or its waiver)."""
+    from prefdata.checks.checklist import _registry
+
+    items = _checklist_items()
+    width = max(map(len, _registry()))
+    for check_id in _registry():
+        params = dict(checklist["checks"].get(check_id) or {})
+        waived = params.pop("waive", None)
+        settings = f"waived: {waived}" if waived else ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
+        print(f"{check_id:{width}}  {items.get(check_id, '-')}  [{settings}]")
+
+
+@app.command()
+def check(
+    data: Annotated[Optional[str], typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")] = None,
+    votes: Annotated[Optional[Path], typer.Option(help="Long votes table (pair_id, annotator, vote): a data file's, or "
+                                                       "for NAME@VERSION a label audit's from `prefdata argilla pull`.")] = None,
+    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
+    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    strict: Annotated[bool, CheckOpts["strict"]] = False,
+    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
+    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(help="The trainer's model folder: template_fit renders every pair with its tokenizer.")] = None,
+    max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (default: the config's, 1024).", min=1)] = None,
+    list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
+                                                                    "thresholds (with --config: that config's), then exit.")] = False,
+    batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
+                                                 "at a time, from temporary shards (bounds memory).", min=1)] = 1_000_000,
+    store: StoreOpt = None,
+) -> int:
+    """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate.runner import load_inputs, run_gate
+
+    checklist = load_config(config)
+    if list_checks:
+        _list_checks(checklist)
+        return 0
+    if data is None:
+        raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
+                            "or --list-checks to list the checks")
+    writable_file(json_path, "--json")
+    writable_dir(report_dir, "--report-dir")
+    if scorer:
+        from prefdata.gate.scoring import check_spec
+
+        check_spec(scorer)
+    if not (checklist["checks"].get("gx") or {}).get("waive") and ("@" in data or Path(data).exists()):
+        from prefdata.checks.gx_suite import prewarm
+
+        prewarm()  # GX's import (seconds of Python) overlaps reading and importing DATA
+    if max_length is not None:
+        checklist["checks"].setdefault("template_fit", {})["max_length"] = max_length
+    loaded_tokenizer = None
+    if tokenizer is not None:
+        from prefdata.checks.template_fit import load_tokenizer
+
+        try:
+            loaded_tokenizer = load_tokenizer(tokenizer)
+        except ValueError as exc:
+            raise UnusableInput(f"--tokenizer {exc}") from None
+    inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
+                               scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None,
+                               batch_rows=batch_rows)
+    inputs.tokenizer = loaded_tokenizer
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
+    _write_json(json_path, {**outcome.report, "input": info})
+    # what reading the file (and --votes) left out, said here too, not only in --json; the gate
+    # counts these rows (degenerate_pairs, unreadable_rows)
+    for what, source in (("rows", data), ("votes", votes)):
+        left_out = info.get("left_out", {}).get(what)
+        if left_out:
+            terminal().print(f"note: {sum(left_out.values())} {what} of {source} were unusable and left out "
+                             f"({', '.join(f'{n} {r}' for r, n in left_out.items())}); the checklist counts them")
+    _print_results(outcome.results, outcome.passed)
+    for kind, path in outcome.reports.items():
+        terminal().print(f"{kind}: {path}")
+    return 0 if outcome.passed else 1
+
+
+@app.command("filter")
+def filter_cmd(
+    ref: Annotated[str, typer.Argument(help="NAME@VERSION to filter.")],
+    drop: Annotated[str, typer.Option(help="Comma-separated row-level checks whose offending rows are removed.")]
+    = "exact_duplicates,near_duplicates,length_ratio,degenerate_pairs",
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    name: Annotated[Optional[str], typer.Option(help="Name of the new version (default: the same name).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the filter summary here.")] = None,
+    votes: Annotated[Optional[Path], typer.Option(help="A label audit's votes (`prefdata argilla pull`), for "
+                                                       "--drop label_audit: drops the pairs the annotators overturned.")] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Remove the rows that row-level checks flag; write them to quarantine in a new draft version."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate.filtering import filter_version
+    from prefdata.data.store import Store
+
+    writable_file(json_path, "--json")
+    child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
+                                   load_config(config), name, votes=None if votes is None else str(votes))
+    unchanged = counts.get("unchanged", False)
+    summary = {**counts, "version": child.ref, "parent": None if unchanged else child.manifest["lineage"]["parent"]}
+    _write_json(json_path, summary)
+    console = terminal()
+    console.print(f"read {counts['read']} = kept {counts['kept']} + quarantined {counts['quarantined']}")
+    for reason, n in counts["reasons"].items():
+        console.print(f"  quarantined: {n} {reason}")
+    if unchanged:
+        console.print(f"nothing to drop: {child.ref} stays as it is ({child.status}); no new version")
+    else:
+        console.print(f"version: {child.ref} (draft, parent {summary['parent']})")
+    return 0
+
+
+@app.command()
+def publish(
+    ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")],
+    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
+    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    strict: Annotated[bool, CheckOpts["strict"]] = False,
+    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
+    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    store: StoreOpt = None,
+) -> int:
+    """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
+    from prefdata.gate.publishing import publish_version
+    from prefdata.data.store import Store
+
+    writable_dir(report_dir, "--report-dir")
+    if scorer:
+        from prefdata.gate.scoring import check_spec
+
+        check_spec(scorer)
+
+    def show(validation) -> None:
+        _print_results(validation.outcome.results, validation.passed)
+        terminal().print(f"report: {validation.report_dir}")
+
+    published = publish_version(Store(store), ref, show=show, config=config, strict=strict, report_dir=report_dir,
+                                scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts)
+    terminal().print(f"{published.dataset}: {'already validated' if published.validation is None else 'validated'}")
+    return 0
+
+
+def _show_train_config(method: str) -> None:
+    """`train METHOD --show-config`: one `name: default  # help` line per field, valid YAML to copy from.
+    Plain echo, not rich: defaults like [sigmoid, sft] are not markup."""
+    from dataclasses import MISSING
+
+    from prefdata.trainers import load
+    from prefdata.trainers.common import config_fields
+
+    plugin = load(method)
+    rows = config_fields(plugin.config_class)
+    typer.echo(f"# {method}: {plugin.config_class.__name__}, {len(rows)} fields ({plugin.description}); "
+               f"set any of them in --config FILE.yaml")
+    for name, default, text in rows:
+        value = "(required)" if default is MISSING else json.dumps(default, default=lambda v: getattr(v, "value", str(v)))
+        typer.echo(f"{name}: {value}" + (f"  # {text}" if text else ""))
+
+
+@app.command("train")
+def train_command(
+    method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
+    version: Annotated[Optional[str], typer.Argument(metavar="[NAME@VERSION]", help="A validated version, as every other command takes it (or --dataset).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version: the argument's older spelling.")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
+    show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
+    store: StoreOpt = None,
+) -> int:
+    """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
+    from prefdata.base.errors import UnusableInput
+    from prefdata.trainers import train
+
+    if show_config:
+        _show_train_config(method)
+        return 0
+    if version and dataset and version != dataset:
+        raise UnusableInput(f"train: two versions given ({version} and --dataset {dataset}): give one")
+    dataset = version or dataset
+    if not dataset:
+        raise UnusableInput(f"train: which version? `prefdata train {method} NAME@VERSION` (a validated version); "
+                            f"`prefdata train {method} --show-config` lists the config without one")
+    writable_dir(output_dir, "--output-dir")
+    console = terminal()
+    verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
+    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,
+                   verbose=verbose)
+    if verbose:
+        console.print(json.dumps({k: v for k, v in result.metrics.items() if k != "log"}, indent=2, default=str))
+    else:  # the headline figures, one line each; every figure is on the card
+        before, after = result.metrics.get("before", {}), result.metrics.get("after", {})
+        figure = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+        for key in after:
+            console.print(f"{key}: {figure(before.get(key))} -> {figure(after[key])}")
+        if "heldout_pairwise_accuracy" in result.metrics:
+            console.print(f"heldout_pairwise_accuracy: {result.metrics['heldout_pairwise_accuracy']}")
+        console.print(f"steps: {result.metrics.get('steps')} in {result.metrics.get('seconds')} s")
+    console.print(f"model: {result.model_dir}\ncard: {result.card}\nlog: {result.model_dir / 'train.log'}")
+    for warning in result.metrics.get("warnings", []):  # the run finished; these are on the card too
+        terminal(stderr=True).print(warning)
+    return 0
+
+
+@app.command("demo")
+def demo_command(
+    out: Annotated[Path, typer.Option(help="Folder for summary.json, the store, reports and the trained model.")] = Path(".prefdata/demo"),
+    config: Annotated[Optional[Path], typer.Option(help="Demo config YAML (prompts, candidates, method, training overrides...).")] = None,
+) -> int:
+    """The whole pipeline on the embedded demo world: sample, judge, route, check, publish, train, evaluate."""
+    from prefdata.commands.demo import load_demo_config, run_demo
+
+    run_demo(out, load_demo_config(config), say=terminal().print)
+    terminal().print(f"summary: {out / 'summary.json'}")
+    return 0
+
+
+world_app = typer.Typer(help="The embedded demo world: a tiny SFT model and its tasks, built locally.",
+                        no_args_is_help=True)
+app.add_typer(world_app, name="world")
+from prefdata.commands.argilla import app as argilla_app  # noqa: E402 - typer only; its commands import lazily
+app.add_typer(argilla_app, name="argilla")
+
+
+@world_app.command("build")
+def world_build(
+    steps: Annotated[Optional[int], typer.Option(help="Training steps (default: the world config's).")] = None,
+    cache: Annotated[Optional[Path], typer.Option(help="Cache folder (default: $PREFDATA_WORLD or .prefdata/world).")] = None,
+    ship: Annotated[bool, typer.Option(help="Copy the built world into the package (prefdata/world/weights), "
+                                            "replacing the shipped one.")] = False,
+) -> int:
+    """Build (or reuse from the cache, never from the package) the demo world's SFT and judge models
+    from scratch, and print their held-out figures beside the shipped world's."""
+    from dataclasses import replace
+
+    from prefdata.world import WorldConfig, build_world
+    from prefdata.world.build import SHIPPED, ship as ship_world
+
+    try:
+        config = WorldConfig() if steps is None else replace(WorldConfig(), steps=steps)
+    except ValueError as exc:  # the config's own validation names both values
+        raise UnusableInput(f"--steps: {exc}") from None
+    console = terminal()
+    paths = build_world(config, cache, log=console.print, use_shipped=False, judge=True)
+    info = paths.info()
+    console.print(f"world: {paths.root} ({'reused' if paths.reused else 'built'})")
+    console.print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
+    shipped = json.loads((SHIPPED / "world.json").read_text()) if (SHIPPED / "world.json").is_file() else None
+    if shipped is not None:
+        for who, new, old in (("sft", info["metrics"], shipped["metrics"]),
+                              ("judge", info["judge"]["metrics"], shipped["judge"]["metrics"])):
+            console.print(f"{who} task accuracy: built {new['task_accuracy']:.3f}, shipped {old['task_accuracy']:.3f}")
+    if ship:
+        console.print(f"shipped: {ship_world(paths).root}")
+    return 0
+
+
+@world_app.command("eval")
+def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (from_pretrained path).")]) -> int:
+    """Held-out task and general-skill accuracy of any model on the demo world's prompts."""
+    from prefdata.trainers.common import check_base_model
+    from prefdata.world import evaluate
+
+    check_base_model(str(model))  # a path that is not a model: one line, exit 2, before loading anything
+
+    terminal().print(json.dumps(evaluate(model), indent=2))
+    return 0
+
+
+@world_app.command("judge")
+def world_judge(
+    n: Annotated[int, typer.Option(help="Held-out comparisons to judge (each asked in both orders).", min=1)] = 100,
+    model: Annotated[Optional[Path], typer.Option(help="Judge model folder (default: the world's judge).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight.", min=1)] = 4,
+) -> int:
+    """Serve the judge with `transformers serve`, judge held-out pairs in both orders, and print its
+    agreement with the verifier and its position consistency (saved as judge.json in the world cache)."""
+    from prefdata.world import build_world, measure_served_judge
+
+    from prefdata.world.build import cache_dir
+
+    paths = build_world(log=terminal().print)
+    out = cache_dir()  # never the package folder the shipped world sits in
+    out.mkdir(parents=True, exist_ok=True)
+    stats = measure_served_judge(model or paths.judge, n=n, log_dir=out, concurrency=concurrency)
+    if model is None:
+        (out / "judge.json").write_text(json.dumps(stats, indent=2) + "\n")
+    terminal().print(json.dumps(stats, indent=2))
+    return 0
+
+
+model_app = typer.Typer(help="Model files: turn a GGUF file into a folder every command and trainer loads.",
+                        no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("import-gguf")
+def model_import_gguf(
+    gguf_file: Annotated[Path, typer.Argument(help="A GGUF model file (llama.cpp's format), quantised or not.")],
+    out_dir: Annotated[Path, typer.Argument(help="New folder for the model (safetensors, float32) and tokenizer.")],
+) -> int:
+    """Convert a GGUF file into an ordinary model folder (its tokenizer and chat template included),
+    checked before it is kept: the folder's logits equal the GGUF model's on a probe prompt. Any
+    model path also takes a .gguf file directly, converted once into a cache (.prefdata/models)."""
+    from prefdata.models.loading import import_gguf
+
+    writable_dir(out_dir, "OUT_DIR")
+    manifest = import_gguf(gguf_file, out_dir)
+    terminal().print(f"model: {out_dir} ({manifest['architecture']}, chat template: "
+                     f"{'yes' if manifest['chat_template'] else 'no'}; logits equal to the GGUF model's on the probe)")
+    return 0
+
+
+from prefdata.commands.serve import run as _run  # noqa: E402 - typer only; Prefect loads inside the command
+from prefdata.commands.serve import serve as _serve  # noqa: E402
+
+app.command("serve")(_serve)
+app.command("run")(_run)
+
+from prefdata.commands.collect import collect_command as _collect  # noqa: E402 - typer only; the flow loads inside
+
+app.command("collect")(_collect)
+
+
+class Terminated(BaseException):
+    """SIGTERM, as an exception: the command unwinds (its temporary folders and partial outputs are
+    removed by their own `finally` and atexit) instead of dying where it stands."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+# Commands that run Prefect flows. `serve` keeps Python's default SIGTERM: it is Prefect's runner,
+# whose own handling stops the served flows. collect and demo raise Terminated like every other
+# command, once Prefect's flow engine (which handles a SIGTERM during a flow itself, reports the
+# crash and then sends the signal again) is done; their Prefect server runs in a session of its own
+# (prefdata.flows.server), so a signal to the whole process group leaves it up for that report.
+_FLOW_COMMANDS = {"collect", "demo", "serve"}
+# What a stopped command keeps, for its one line. A stop that the normal unwinding does not finish
+# within STOP_GRACE_S (a generate() call in a task thread cannot be interrupted) ends the process
+# there, after stopping the servers it started (prefdata.base.processes).
+KEPT_AFTER_STOP = {
+    "collect": "the sampled and judged chunks that finished are in the cache (--cache-dir): the same command "
+               "resumes from them",
+    "demo": "its finished sampling and judging chunks are in OUT/cache: the same command resumes from them",
+    "train": "no model was written to the output folder",
+}
+STOP_GRACE_S = 6.0
+
+
+def _stopped_line(command: str | None, signum: int) -> str:
+    import signal
+
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    kept = KEPT_AFTER_STOP.get(command or "", "its temporary folders removed")
+    # on a line of its own: a progress bar (the trainer's tqdm) may have left the cursor mid-line
+    return f"\nprefdata: stopped by {name} ({kept}; the store keeps no half-written version)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
+    import signal
+    from typer.exceptions import TyperException
+
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command in _FLOW_COMMANDS | {"run"} and "PREFECT_HOME" not in os.environ:
+        # One Prefect home for every command that runs flows (the Makefile's too): `prefdata serve` in one
+        # shell and `prefdata run` in another meet in the same database. Set before Prefect is imported.
+        home = os.path.abspath(os.path.join(".prefdata", "prefect"))
+        os.makedirs(home, exist_ok=True)  # Prefect makes only the last folder
+        os.environ["PREFECT_HOME"] = home
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if command != "serve" and threading_main() else None
+    if command in KEPT_AFTER_STOP and argv is None:  # a real command line, not main() inside another program
+        from prefdata.base.processes import deadline_after_signal
+
+        deadline_after_signal(STOP_GRACE_S, lambda signum: _stopped_line(command, signum))
+    try:
+        code = app(args=args, prog_name="prefdata", standalone_mode=False)
+        if code == 130:  # Ctrl-C: typer turns KeyboardInterrupt into Exit(130), which click returns
+            print(_stopped_line(command, signal.SIGINT) if command in KEPT_AFTER_STOP else "prefdata: aborted",
+                  file=sys.stderr)
+    except Terminated:
+        print(_stopped_line(command, signal.SIGTERM), file=sys.stderr)
+        code = 143
+    except (click.exceptions.Exit, typer.Exit) as exc:
+        code = exc.exit_code
+    except (click.exceptions.Abort, typer.Abort):
+        print(_stopped_line(command, signal.SIGINT) if command in KEPT_AFTER_STOP else "prefdata: aborted",
+              file=sys.stderr)
+        code = 130
+    # Usage errors (unknown option, missing argument, bad value): exit 2 with click's own message.
+    # typer >= 0.24 raises its own copies of click's exceptions, hence both classes.
+    except (click.ClickException, TyperException) as exc:
+        if not hasattr(exc, "show"):
+            raise
+        exc.show()
+        code = getattr(exc, "exit_code", 2)
+    except PrefdataError as exc:
+        if _state["verbose"]:
+            terminal(stderr=True).print_exception()
+        print(f"prefdata: error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except Exception as exc:  # a bug: one line unless asked for the traceback
+        if _state["verbose"]:
+            terminal(stderr=True).print_exception()
+        if _disk_full(exc):
+            where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+            print(f"prefdata: error: no space left on the disk{where} ({exc.strerror}): free some space and run it "
+                  "again (the store keeps no half-written version)", file=sys.stderr)
+            code = NoSpace.exit_code
+        else:
+            print(f"prefdata: internal error: {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)",
+                  file=sys.stderr)
+            code = 3
+    except BaseException as exc:  # noqa: BLE001
+        # Prefect's flow engine turns a SIGTERM during a flow into TerminationSignal (a BaseException);
+        # after its crash report it ends the command here.
+        if type(exc).__name__ != "TerminationSignal":
+            raise
+        print(_stopped_line(command, signal.SIGTERM), file=sys.stderr)
+        code = 143
+    finally:
+        if previous is not None:  # main() also runs inside other programs (the tests): theirs again
+            signal.signal(signal.SIGTERM, previous)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (the only one a signal handler can be set from)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""`prefdata collect`: a prompts file, a policy and a judge in, a draft dataset version out.
+
+A thin command over the collect flow (prefdata/flows/collect.py): it turns three specs into the
+flow's parameters (prefdata/flows/params.py) and runs it, with its caching and resume: a rerun with
+the same prompts, policy and judge takes every sampled and judged chunk from --cache-dir. While it
+runs, stderr shows each stage's progress, read from the run's task runs in Prefect's API
+(prefdata/flows/progress.py); stdout holds the run's result. Only typer at import; Prefect, torch
+and the flow load inside the command (`prefdata --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from prefdata.base.errors import UnusableInput
+
+JUDGE_KINDS = ("llm", "rm", "rule")  # prefdata.base.specs: the one syntax of judges and scorers
+WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
+WORLD_MAX_NEW_TOKENS = 6  # the world's answers are four digits and an end: what `prefdata demo` samples
+# Below this share of decided pairs, the run says what a weak judge means (the rest went to humans).
+WEAK_JUDGE_SHARE = 0.2
+
+
+def judge_params(spec: str) -> dict[str, Any]:
+    """A judge spec (prefdata.base.specs) -> the collect flow's Judge fields, checked as far as can be
+    before anything is sampled; UnusableInput (one line) for a bad spec."""
+    from prefdata.base.specs import parse_spec
+
+    parsed = parse_spec(spec, JUDGE_KINDS, "--judge")
+    if parsed.kind == "llm":
+        from prefdata.collect.judging import Template
+        from prefdata.models.loading import is_gguf
+
+        template = parsed.template or "pairwise-v1"
+        Template.load(template)  # an unknown template: one line naming the known ones
+        if parsed.base_url:
+            return {"kind": "llm", "model": parsed.target, "base_url": parsed.base_url, "template": template}
+        path = Path(parsed.target)
+        if not (path.is_dir() or (is_gguf(path) and path.is_file())):
+            raise UnusableInput(f"--judge {spec!r}: {path} is no model folder or .gguf file; a served judge is "
+                                "llm:MODEL@http://HOST:PORT/v1")
+        return {"kind": "llm", "model": str(path.resolve()), "base_url": None, "template": template}
+    if parsed.kind == "rm":
+        if not Path(parsed.target).is_dir():
+            raise UnusableInput(f"--judge {spec!r}: {parsed.target} is not a reward-model folder")
+        return {"kind": "reward_model", "model": str(Path(parsed.target).resolve())}
+    from prefdata.collect.collection import import_target
+
+    import_target(parsed.target)  # the loader the flow uses: fail here, before anything is sampled
+    return {"kind": "verifier", "verifier": parsed.target}
+
+
+def policy_params(policy: str, model: str | None) -> dict[str, Any]:
+    """--policy PATH (a local model folder, sampled in process) or URL (an OpenAI-compatible server
+    serving --model)."""
+    if policy == WORLD:
+        if model:
+            raise UnusableInput("--model names a server's model: give it with --policy URL, not world")
+        return {"model": WORLD}  # built (or taken from its cache) by the flow
+    if policy.startswith(("http://", "https://")):
+        if not model:
+            raise UnusableInput(f"--policy {policy}: a server needs --model, the model name it serves")
+        return {"model": model, "base_url": policy}
+    if model:
+        raise UnusableInput("--model names a server's model: give it with --policy URL, not a folder")
+    from prefdata.models.loading import is_gguf
+
+    if not (Path(policy).is_dir() or (is_gguf(policy) and Path(policy).is_file())):
+        raise UnusableInput(f"--policy {policy}: not a model folder, a .gguf file or an http(s):// URL")
+    return {"model": str(Path(policy).resolve())}
+
+
+def collect_command(
+    prompts: Annotated[str, typer.Option(help="Prompts: .txt (one a line), a table with a prompt column, or world "
+                                              "(fresh prompts from the demo world; --n of them, default 16).")],
+    policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
+                                             "(the demo world's SFT model).")],
+    judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
+                                            "rm:PATH, rule:module:function, or world (the demo world's verifier).")],
+    name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
+    humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
+                                             "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
+    aggregate: Annotated[str, typer.Option(help="How human votes become a label: majority (more than half) or "
+                                                "dawid-skene (each annotator weighed by its estimated quality).")]
+    = "majority",
+    model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
+    n: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all).", min=1)] = None,
+    candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Tokens per candidate (default: 256; 6 for --policy "
+                                                                "world, whose answers are four digits).", min=1)] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    cache_dir: Annotated[Path, typer.Option(help="Where sampled and judged chunks persist: a rerun resumes from them.")]
+    = Path(".prefdata/cache"),
+    queue_dir: Annotated[Path, typer.Option(help="Where the human queue is written (NAME.jsonl).")] = Path(".prefdata/queues"),
+    argilla_url: Annotated[str, typer.Option(help="--humans argilla: the server (API key in $ARGILLA_API_KEY).")]
+    = "http://127.0.0.1:6900",
+    guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")] = None,
+    judge_template: Annotated[Optional[str], typer.Option(help="llm judges: the versioned template (NAME-vN; "
+                                                               "default pairwise-v1, or the spec's :TEMPLATE-vN).")] = None,
+    judge_max_tokens: Annotated[int, typer.Option(help="llm judges: the most tokens a reply may use.", min=1)] = 512,
+    judge_timeout: Annotated[float, typer.Option(help="llm judges on a server: seconds per request (a busy "
+                                                      "CPU server needs more than the default).", min=1)] = 60.0,
+) -> int:
+    """Sample candidates from a policy, pair and judge them, route the doubtful share to humans, and
+    store a draft version: the collect flow in one command, cached and resumable."""
+    from prefdata.commands.console import terminal
+
+    say = terminal().print
+    if humans not in ("queue", "argilla"):
+        raise UnusableInput(f"--humans {humans!r}: choose queue or argilla")
+    from prefdata.data.formats import AGGREGATES
+
+    if aggregate not in AGGREGATES:
+        raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
+    if prompts != WORLD and not Path(prompts).is_file():
+        raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line), a table with a prompt "
+                            "column, or world")
+    judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
+    if judge_fields["kind"] == "llm":
+        if judge_template is not None:
+            from prefdata.collect.judging import Template
+
+            Template.load(judge_template)
+            judge_fields["template"] = judge_template
+        judge_fields.update(max_tokens=judge_max_tokens, timeout_s=judge_timeout)
+    elif judge_template is not None:
+        raise UnusableInput(f"--judge-template is for llm judges; --judge {judge} has no template")
+    if max_new_tokens is None:
+        max_new_tokens = WORLD_MAX_NEW_TOKENS if policy == WORLD else 256
+    if prompts == WORLD and n is None:
+        n = 16
+    # as the demo does: Prefect's ephemeral server may need more than 20 s on two busy cores, and its
+    # per-task INFO lines would bury the stage lines below
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from pydantic import ValidationError
+
+    from prefdata.flows.params import Argilla, Engine, Humans, Judge, Policy, Prompts
+    from prefdata.data.store import check_name
+
+    check_name(name)
+    try:
+        params = dict(
+            prompts=Prompts(source=WORLD if prompts == WORLD else str(prompts), n=n),
+            policy=Policy(**policy_fields, candidates=candidates, max_new_tokens=max_new_tokens,
+                          temperature=temperature, seed=seed),
+            judge=Judge(**judge_fields),
+            humans=Humans(queue_dir=str(queue_dir), aggregate=aggregate,
+                          argilla=Argilla(url=argilla_url, dataset=name) if humans == "argilla" else None),
+            engine=Engine(cache_dir=str(cache_dir)),
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise UnusableInput(f"{'.'.join(map(str, error['loc'])) or 'collect'}: {error['msg']}") from None
+    from prefdata.flows.collect import STAGES, collect
+    from prefdata.flows.progress import followed
+    from prefdata.base.progress import display
+    from transformers.utils import logging as hf_logging
+
+    # the stages' progress below replaces the libraries' own bars ("Loading weights" on every model load),
+    # here and in worker processes (which read the variable when they import huggingface_hub)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hf_logging.disable_progress_bar()
+    say(f"collect: prompts {prompts}, policy {policy_fields['model']}"
+        f"{' at ' + policy_fields['base_url'] if 'base_url' in policy_fields else ''}, judge {judge}, "
+        f"humans {humans}; cache {cache_dir}")
+    say("sample + judge: running (finished chunks come from the cache)...")
+    # Each stage's progress on stderr while the flow runs, read from its task runs in Prefect's API;
+    # --humans queue only writes a file (no task, nothing to follow).
+    stages = [s for s in STAGES if s.label != "humans" or humans == "argilla"]
+    from prefdata.flows.server import temporary_api
+
+    with temporary_api(), followed(stages, display(stages)):
+        result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
+    verdicts = result["judge"]
+    say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
+    say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")
+    say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}")
+    if judge_fields["kind"] == "llm" and verdicts["n"] and verdicts["decided"] < WEAK_JUDGE_SHARE * verdicts["n"]:
+        say(f"judge: a weak judge here ({verdicts['unparseable']} pairs got replies naming no response as the "
+            "template asks): a small model answers the question instead of judging; the undecided pairs go to "
+            "humans. Use a verifier (rule:module:function) or a larger served model")
+    say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
+    say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
+    say(f"draft: {result['version']}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0

@@ -1,0 +1,15 @@
+"""Preference data on disk and in memory: the record, reading and importing files, the store.
+
+    records     the pair and comparison columns, content ids, text normalisation
+    card        the dataset card (README.md with its Hugging Face header)
+    readers     rows of JSONL, JSON, CSV and Parquet files, compressed or not
+    formats     TRL, TRL chat, HH-RLHF and comparisons rows -> canonical records
+    votes       several annotators' votes -> a label (majority, Dawid-Skene)
+    rows        the per-row checks and quarantine entry both import paths share
+    importer    `import_to_store`: the one path from a file to a draft version (row by row)
+    columnar    the same import as whole columns, for Parquet
+    writers     normalised rows and quarantine files
+    store       immutable, content-addressed, signed versions with their lineage
+
+May import: prefdata.base.
+"""

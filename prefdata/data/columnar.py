@@ -1,0 +1,457 @@
+"""Columnar import: a Parquet file in the `trl` or `hh-rlhf` format, checked and given ids as whole
+columns.
+
+The row-by-row import (`importer.import_rows`) is the reference; this path gives the same kept
+rows, ids, quarantine reasons and row numbers (tests/test_import_columnar.py runs both on the same
+files), at a small multiple of `polars.read_parquet`. How:
+
+- every check is first a vectorised *candidate* mask that is a superset of the rows it can reject
+  (missing or non-text fields, a prompt with no visible ASCII character, chosen = rejected, a text
+  over --max-text-bytes, an odd split, an infinite score, a blank id);
+- only candidate rows (a few per thousand on real data) go through the reference converter, row by
+  row, which gives each its exact reason and detail, or keeps it when the candidate was harmless;
+- ids: records.normalise_series once per run of equal texts (in slices of ID_CHUNK rows), then
+  sha256 of the same length-prefixed parts as records._digest, each row's parts joined by Arrow
+  into one message and hashed in two threads;
+- hh-rlhf's prompt split (formats.split_hh) runs row by row: the format needs it;
+- the cross-row rules (numbered repeats of a content id, an id reused for other content) are
+  window expressions over the kept rows in file order.
+
+Anything this path does not cover exactly returns None and the caller imports row by row: another
+format, a gzipped or nested (list, struct) file, bool or float optional columns (their text form
+is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from operator import methodcaller
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from prefdata.base.errors import UnusableInput
+from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
+from prefdata.data.readers import GZIP_MAGIC, RawRow, file_kind, parquet_problem, require_regular_file
+from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
+from prefdata.data.rows import check_format, convert_row, quarantine_entry
+
+TEXT = ("prompt", "chosen", "rejected")
+CONVERTERS_COVERED = ("trl", "hh-rlhf")
+_VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
+DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
+# rows converted at a time: one batch's text, ids and normalised copies are what the import holds
+BATCH_ROWS = 1_000_000
+ID_CHUNK = 100_000  # rows per slice when computing ids: bounds the normalised copies to ~250 MB
+_SPLIT = r"^[A-Za-z0-9_]+$"  # formats._SPLIT; Python's `$` also allows a final "\n", so this is stricter
+
+
+@dataclass
+class ColumnarImport:
+    """What importer._finish needs: the kept pairs (as importer._frame shapes them), the quarantine
+    in row order, and the rows read."""
+
+    format: str
+    pairs: pl.DataFrame
+    quarantine: list[dict[str, Any]]
+    read: int
+
+
+def _plain_parquet(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+        return not head.startswith(GZIP_MAGIC) and file_kind(path, head) == "parquet"
+    except (OSError, UnusableInput):
+        return False  # the row path says what is wrong with it
+
+
+def _is_int(dtype: pl.DataType) -> bool:
+    return dtype.is_integer() or dtype == pl.Null
+
+
+def _supported(schema: pl.Schema) -> str | None:
+    """The id column (or "") when this path covers the file's columns exactly; None when not."""
+    simple = all(d == pl.String or d.is_numeric() or d in (pl.Boolean, pl.Null) for d in schema.values())
+    if not simple or {"model", "policy", "cmp_key"} & set(schema):
+        return None
+    for name in OPTIONAL_COLUMNS:
+        if name not in schema or name == "prompt_messages":
+            continue
+        dtype = schema[name]
+        if name in SCORE_COLUMNS:  # not Decimal: formats.parse_score refuses what is not int or float
+            ok = dtype.is_integer() or dtype.is_float() or dtype == pl.Null
+        elif name == "split":
+            ok = dtype in (pl.String, pl.Null)
+        else:
+            ok = dtype == pl.String or _is_int(dtype)
+        if not ok:
+            return None
+    id_column = "id" if "id" in schema else "idx" if "idx" in schema else ""
+    if id_column and not (schema[id_column] == pl.String or _is_int(schema[id_column])):
+        return None
+    return id_column
+
+
+def _candidates(schema: pl.Schema, fmt: str, id_column: str, max_text_bytes: int) -> pl.Expr:
+    """True for every row a reference check might reject (and a few it will not)."""
+    flags = [pl.col(c).str.len_bytes() > max_text_bytes for c, d in schema.items() if d == pl.String]
+    # trl needs text in all three, and a prompt that is not blank; hh-rlhf two non-blank transcripts
+    needed, not_blank = (TEXT, ("prompt",)) if fmt == "trl" else (("chosen", "rejected"), ("chosen", "rejected"))
+    for name in needed:
+        flags.append(pl.col(name).is_null() if schema[name] == pl.String else pl.lit(True))
+    for name in not_blank:
+        if schema[name] == pl.String:
+            flags.append(~pl.col(name).str.contains(_VISIBLE_ASCII))
+    if schema["chosen"] == schema["rejected"] == pl.String:
+        flags.append(pl.col("chosen") == pl.col("rejected"))
+    if schema.get("split") == pl.String:
+        flags.append(~pl.col("split").str.contains(_SPLIT))
+    for name in SCORE_COLUMNS:
+        if name in schema and schema[name].is_float():
+            flags.append(pl.col(name).is_infinite())
+    if id_column and schema[id_column] == pl.String:
+        flags.append(~pl.col(id_column).str.contains(_VISIBLE_ASCII))
+    return pl.any_horizontal([f.fill_null(False) for f in flags])
+
+
+def normalised(texts: pl.Series) -> pl.Series:
+    """records.normalise_text of every value (nulls as ""), computed once per run of equal values.
+
+    Repeats sit next to each other in real files (the pairs of one prompt share its text and, in
+    UltraFeedback-binarized, the chosen reply), and comparing a row with the one before costs no
+    hashing: at 200k realistic pairs this takes ~30% less CPU than `unique()` + a join (which hash
+    every text twice), and stays as cheap as normalising every row when nothing repeats."""
+    return _once_per_run(texts, normalise_series)
+
+
+def _once_per_run(texts: pl.Series, function) -> pl.Series:
+    """function(texts), a column to a column of the same length, computed on the first row of each
+    run of equal values only."""
+    if texts.is_empty():
+        return function(texts)
+    starts = texts.ne_missing(texts.shift(1)).scatter(0, True)  # the first row starts a run, null or not
+    return function(texts.filter(starts)).gather(starts.cum_sum() - 1).alias(texts.name)
+
+
+def _with_lengths(texts: pl.Series) -> list:
+    """A text column as two Arrow binary arrays: each value's UTF-8 length (8 bytes, little endian),
+    and its bytes."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = texts.fill_null("").to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary())
+    if isinstance(data, pa.ChunkedArray):
+        data = data.combine_chunks()
+    # from the offsets, not pyarrow.compute.binary_length(...).to_numpy(), which imports pandas (~1 s)
+    offsets = np.frombuffer(data.buffers()[1], dtype=np.int64)[data.offset:data.offset + len(data) + 1]
+    lengths = np.diff(offsets).astype("<u8")
+    prefix = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(lengths), [None, pa.py_buffer(lengths)])
+    return [prefix.cast(pa.large_binary()), data]
+
+
+def digests(*parts: pl.Series) -> pl.Series:
+    """records._digest(*parts) row by row: sha256 over each part's UTF-8 length (8 bytes, little
+    endian) and bytes, first 16 hex digits.
+
+    Arrow joins each row's parts into one message (one buffer for the column), so a row costs one
+    sha256 call driven by C iterators (`map`), not six `update`s in a Python loop; two threads share
+    the rows, since hashlib releases the GIL while it hashes a message over 2 KB (most pairs); the
+    hex digits are made from the raw digests as one column."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = len(parts[0])
+    if rows == 0:
+        return pl.Series([], dtype=pl.String)
+    arrays = [array for part in parts for array in _with_lengths(part)]
+    # the empty separator built from buffers: pa.scalar(b"") would import pandas (~1 s) to check its type
+    empty = [None, pa.py_buffer(np.zeros(2, np.int64)), pa.py_buffer(b"")]
+    nothing = pa.Array.from_buffers(pa.large_binary(), 1, empty)[0]
+    messages = pc.binary_join_element_wise(*arrays, nothing)
+    del arrays
+    offsets = np.frombuffer(messages.buffers()[1], dtype=np.int64)[messages.offset:messages.offset + rows + 1]
+    starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
+    body = memoryview(messages.buffers()[2] or b"")
+
+    def hashed(lo: int, hi: int) -> bytes:  # the 32-byte digests of rows lo..hi-1, end to end
+        views = map(body.__getitem__, map(slice, starts[lo:hi], ends[lo:hi]))
+        return b"".join(map(methodcaller("digest"), map(hashlib.sha256, views)))
+
+    half = (rows + 1) // 2
+    if rows < 2 * DIGEST_THREAD_MIN_ROWS:
+        raw = hashed(0, rows)
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            raw = b"".join(pool.map(hashed, (0, half), (half, rows)))
+    first = np.frombuffer(raw, dtype=np.uint8).reshape(rows, 32)[:, :8].tobytes()  # 16 hex digits
+    column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), rows, [None, pa.py_buffer(first)])
+    return pl.from_arrow(column.cast(pa.binary())).bin.encode("hex").alias("")
+
+
+def _normalised_chunk(chunk: pl.DataFrame) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """The normalised prompt, and both normalised responses in sorted() order, of a slice of rows."""
+    sides = pl.DataFrame({"c": normalised(chunk["chosen"]), "r": normalised(chunk["rejected"])})
+    # sorted() order: code points, which is the byte order of UTF-8, which is how polars compares
+    ordered = sides.select(first=pl.min_horizontal("c", "r"), second=pl.max_horizontal("c", "r"))
+    return normalised(chunk["prompt"]), ordered["first"], ordered["second"]
+
+
+def _ids(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """prompt_id and pair_id of every row, as records.prompt_id / records.pair_id give them.
+
+    In slices of ID_CHUNK rows, so the normalised copies of the text never exist for the whole file
+    at once; a worker thread normalises the next slice (polars, without the GIL) while this one
+    hashes the current one.
+    """
+    prompt_ids, pair_ids = [], []
+    starts = range(0, frame.height, ID_CHUNK)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(_normalised_chunk, frame.slice(0, ID_CHUNK))
+        for start in starts:
+            prompts, first, second = ahead.result()
+            if start + ID_CHUNK < frame.height:
+                ahead = pool.submit(_normalised_chunk, frame.slice(start + ID_CHUNK, ID_CHUNK))
+            ids = _once_per_run(prompts, digests)
+            prompt_ids.append(ids)
+            pair_ids.append(digests(ids, first, second))
+    if not prompt_ids:
+        return pl.Series([], dtype=pl.String), pl.Series([], dtype=pl.String)
+    return pl.concat(prompt_ids), pl.concat(pair_ids)
+
+
+def _split_hh(frame: pl.DataFrame, candidate: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
+    """formats.split_hh on every row that is not already a candidate: the prompt, chosen and
+    rejected texts, and which rows the split refuses or leaves with identical responses (new
+    candidates, for the reference to give their reason). Row by row: the format needs it."""
+    texts: dict[str, list[str | None]] = {name: [] for name in TEXT}
+    refused: list[bool] = []
+    for chosen, rejected, skip in zip(frame["chosen"].to_list(), frame["rejected"].to_list(), candidate.to_list()):
+        split = None
+        if not skip:
+            try:
+                split = split_hh(chosen, rejected)
+            except RowRejected:
+                pass
+        if split is None or split[1] == split[2]:
+            refused.append(not skip)
+            split = (None, None, None)
+        else:
+            refused.append(False)
+        for name, text in zip(TEXT, split):
+            texts[name].append(text)
+    return pl.DataFrame(texts, schema={name: pl.String for name in TEXT}), pl.Series(refused, dtype=pl.Boolean)
+
+
+class MixedIds(Exception):
+    """Some kept rows have a source id and some have not: the row path settles their collisions."""
+
+
+class UnreadableBatch(UnusableInput):
+    """A batch of the file cannot be read (a damaged page, text that is not UTF-8): an in-memory
+    import hands the file to the row path, which quarantines rows whose text is not UTF-8; a
+    streamed one stops here, naming the row group."""
+
+
+@dataclass
+class _Earlier:
+    """What the cross-row rules need to know of the batches before this one."""
+
+    carry: bool = False                       # more batches follow: keep what they need (one batch: nothing)
+    mode: str | None = None                   # "source": every kept row has its id; "content": none has
+    first_content: pl.DataFrame | None = None  # source ids: id, h1, h2 (content hash) of the first kept row
+    repeats: pl.DataFrame | None = None        # content ids: pair_id, n (kept rows with it so far)
+
+
+@dataclass
+class ColumnarBatches:
+    """A file's columnar import, a batch of rows at a time: `batches` yields (kept pairs, quarantine)
+    per batch, in file order; `n_batches` of them."""
+
+    format: str
+    read: int
+    n_batches: int
+    batches: Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]
+
+
+def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImport | None:
+    """The import of a plain Parquet `trl` or `hh-rlhf` file, or None when the row path must do it."""
+    opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS)
+    if opened is None:
+        return None
+    pairs, quarantine = [], []
+    try:
+        for kept, rejected in opened.batches:
+            pairs.append(kept)
+            quarantine.extend(rejected)
+    except (MixedIds, UnreadableBatch):
+        return None
+    kept = pl.concat(pairs, how="diagonal_relaxed")
+    if kept.height == 0:  # nothing kept: no optional column, as when the file is one batch
+        kept = kept.select(PAIR_COLUMNS)
+    return ColumnarImport(opened.format, kept, quarantine, opened.read)
+
+
+def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS) -> ColumnarBatches | None:
+    """The columnar import of a plain Parquet file, `batch_rows` rows at a time (so a file of any
+    size converts in the memory of one batch), or None when the row path must do it. The batches
+    give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
+    carry what they need from batch to batch (_Earlier). Iterating raises MixedIds when the file
+    turns out to need the row path after all."""
+    require_regular_file(path)  # before any of the reads below
+    if not _plain_parquet(path):
+        return None
+    try:
+        schema = pl.read_parquet_schema(path)
+        head = pl.read_parquet(path, n_rows=1)
+        rows = pl.scan_parquet(path).select(pl.len()).collect().item()
+    except (pl.exceptions.PolarsError, OSError):
+        return None  # the row path reads it with pyarrow and names the problem
+    schema = pl.Schema(schema)
+    id_column = _supported(schema)
+    if id_column is None or rows == 0 or "__row" in schema:
+        return None
+    columns = set(schema)
+    fmt = check_format(path, fmt, columns, columns, head.row(0, named=True))
+    if fmt not in CONVERTERS_COVERED:
+        return None
+    optional = [c for c in OPTIONAL_COLUMNS if c in columns and c != "prompt_messages"]
+    starts = range(0, rows, batch_rows)
+    present = None if optional else []
+    if len(starts) > 1 and optional:  # the same columns in every batch: those with a value in some row of the file
+        present = [c for c, has in pl.scan_parquet(path).select(
+            [pl.col(c).is_not_null().any() for c in optional]).collect().row(0, named=True).items()
+            if has or c in SCORE_COLUMNS]
+    earlier = _Earlier(carry=len(starts) > 1)
+
+    def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
+        for start in starts:  # no name outlives its batch: two batches never share the memory
+            yield _convert_frame(path, _read_batch(path, start, batch_rows), start, fmt, id_column, optional, present,
+                                 max_text_bytes, earlier)
+
+    return ColumnarBatches(fmt, rows, len(starts), batches())
+
+
+def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
+    try:
+        return pl.scan_parquet(path).slice(start, rows).collect().with_row_index("__row", offset=start + 1)
+    except pl.exceptions.PolarsError as exc:
+        raise UnreadableBatch(f"{path}: not a readable Parquet file: {parquet_problem(path, exc)}") from None
+
+
+def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_column: str, optional: list[str],
+                   present: list[str] | None, max_text_bytes: int,
+                   earlier: _Earlier) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine."""
+    candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
+    if fmt == "hh-rlhf":
+        texts, refused = _split_hh(frame, candidate)
+        candidate = candidate | refused
+    else:
+        texts = frame.select(pl.col(c).cast(pl.String) for c in TEXT)
+    convert = CONVERTERS[fmt]
+    quarantine: list[dict[str, Any]] = []
+    accepted: list[dict[str, Any]] = []
+    for data in frame.filter(candidate).to_dicts():
+        number = data.pop("__row")
+        try:
+            record = convert_row(data, convert, max_text_bytes).record
+        except RowRejected as rejected:
+            quarantine.append(quarantine_entry(path, RawRow(number, data), rejected.reason, rejected.detail))
+            continue
+        accepted.append({"__row": number, **record})
+
+    # Ids for every row (candidates too: cheaper than a second copy of the text), then one filter.
+    prompt_ids, pair_ids = _ids(texts)
+    kept = frame.select(
+        "__row",
+        (pl.col(id_column).cast(pl.String) if id_column else pl.lit(None, pl.String)).alias("id"),
+        pair_id=pair_ids, prompt_id=prompt_ids,
+        **{c: texts[c] for c in TEXT},
+        **{c: pl.col(c).cast(pl.Float64).fill_nan(None) if c in SCORE_COLUMNS else pl.col(c).cast(pl.String)
+           for c in optional},
+    )
+    del prompt_ids, pair_ids, texts
+    if candidate.any():
+        kept = kept.filter(~candidate)
+    if accepted:  # candidates the reference kept: its records, in their place
+        extra = pl.DataFrame({c: [r.get(c) for r in accepted] for c in kept.columns}, schema=kept.schema)
+        kept = pl.concat([kept, extra]).sort("__row")
+
+    with_id = kept["id"].is_not_null()
+    mode = "source" if with_id.all() else "content" if not with_id.any() else "mixed"
+    if not kept.height:
+        mode = earlier.mode or mode
+    if kept.height and earlier.mode is not None and mode != earlier.mode or mode == "mixed":
+        raise MixedIds(f"{path}: some rows have an id and some have not")
+    if kept.height:
+        earlier.mode = mode
+    if mode == "source":
+        kept, conflicting = _source_id_conflicts(kept, earlier)
+        for number, row_id in conflicting:
+            data = frame.row(number - 1 - start, named=True)
+            data.pop("__row")
+            quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
+                                                f"id {row_id!r} already used for other content"))
+    else:
+        kept = _numbered_content_ids(kept, earlier)
+
+    if present is None:
+        present = [c for c in optional if c in SCORE_COLUMNS or kept[c].is_not_null().any()] if kept.height else []
+    quarantine.sort(key=lambda q: q["row"])
+    return kept.select(*PAIR_COLUMNS, *present), quarantine
+
+
+def _content_hash(frame: pl.DataFrame) -> pl.DataFrame:
+    """Two 64-bit hashes of each row's (prompt, chosen, rejected): equal texts, equal hashes."""
+    row = pl.struct(*TEXT)
+    return frame.select("id", h1=row.hash(1), h2=row.hash(2))
+
+
+def _source_id_conflicts(kept: pl.DataFrame, earlier: _Earlier) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """An id used again for other content is quarantined; the first kept row with it wins (in this
+    batch or an earlier one). Only rows whose id repeats can conflict: the window runs on those
+    (usually few), not over a million one-row groups (~3 s at 1M pairs). Returns the rows kept and
+    the (row number, id) of the conflicting ones."""
+    conflict = kept["id"].is_duplicated()
+    if conflict.any():
+        reused = kept.filter(conflict)
+        differs = reused.select(pl.any_horizontal([pl.col(c) != pl.col(c).first().over("id") for c in TEXT]))
+        conflict = conflict.scatter(conflict.arg_true(), differs.to_series())
+    if not earlier.carry:  # the only batch: nothing to compare with, nothing to pass on
+        conflicting = kept.filter(conflict).select("__row", "id").rows() if conflict.any() else []
+        return (kept.filter(~conflict) if conflicting else kept), conflicting
+    hashes = _content_hash(kept)
+    if earlier.first_content is not None:  # an id of an earlier batch: its first row there wins
+        seen = hashes.join(earlier.first_content, on="id", how="left", suffix="_first", maintain_order="left")
+        again = seen["h1_first"].is_not_null()
+        conflict = (conflict & ~again) | (again & ((seen["h1"] != seen["h1_first"]) | (seen["h2"] != seen["h2_first"])))
+    conflicting = kept.filter(conflict).select("__row", "id").rows() if conflict.any() else []
+    if conflicting:
+        kept, hashes = kept.filter(~conflict), hashes.filter(~conflict)
+    firsts = hashes.unique("id", keep="first", maintain_order=True)
+    earlier.first_content = firsts if earlier.first_content is None else pl.concat(
+        [earlier.first_content, firsts.join(earlier.first_content, on="id", how="anti")])
+    return kept, conflicting
+
+
+def _numbered_content_ids(kept: pl.DataFrame, earlier: _Earlier) -> pl.DataFrame:
+    """No source id: the content id, numbered on repeats in file order ("<pair_id>-2", ...),
+    counting the repeats of earlier batches."""
+    repeat = pl.int_range(pl.len()).over("pair_id")
+    if earlier.repeats is not None:
+        kept = kept.join(earlier.repeats, on="pair_id", how="left", maintain_order="left")
+        repeat = repeat + pl.col("n").fill_null(0)
+    kept = kept.with_columns(id=pl.when(repeat == 0).then("pair_id")
+                             .otherwise(pl.col("pair_id") + "-" + (repeat + 1).cast(pl.String))).drop("n", strict=False)
+    if not earlier.carry:
+        return kept
+    counts = kept.group_by("pair_id").agg(n=pl.len().cast(pl.Int64))
+    earlier.repeats = counts if earlier.repeats is None else pl.concat([earlier.repeats, counts]).group_by(
+        "pair_id").agg(pl.col("n").sum())
+    return kept

@@ -1,0 +1,400 @@
+"""Import a source file into canonical frames, quarantining every row that cannot be used.
+
+Invariant, checked before returning: rows read = rows kept + rows quarantined (the same for votes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from prefdata.data.columnar import BATCH_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
+from prefdata.base.errors import UnusableInput
+from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
+from prefdata.data.readers import ROW_BYTES_PER_TEXT_BYTE, RawRow, read_rows
+from prefdata.data.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
+from prefdata.data.rows import check_format, convert_row, quarantine_entry
+
+if TYPE_CHECKING:
+    from prefdata.data.store import Store, Version
+
+DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB per text field
+
+Track = Callable[[Iterable[Any], str, int], Iterable[Any]]
+
+
+@dataclass
+class ImportResult:
+    format: str
+    pairs: pl.DataFrame
+    comparisons: pl.DataFrame | None
+    votes: pl.DataFrame | None
+    quarantine: list[dict[str, Any]]
+    read: int
+    kept: int
+    quarantined: int
+    votes_read: int = 0
+    votes_kept: int = 0
+    votes_quarantined: int = 0
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unresolved(self) -> dict[str, int]:
+        """Kept comparisons that did not become pairs, by reason (tie, no_majority)."""
+        if self.comparisons is None:
+            return {}
+        reasons = Counter(unresolved_reason(r) for r in self.comparisons.iter_rows(named=True))
+        reasons.pop(None, None)
+        return dict(reasons.most_common())
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        return dict(Counter(q["reason"] for q in self.quarantine).most_common())
+
+    def summary(self) -> dict[str, Any]:
+        summary = {
+            "format": self.format,
+            "read": self.read,
+            "kept": self.kept,
+            "quarantined": self.quarantined,
+            "pairs": self.pairs.height,
+            "unresolved": self.unresolved,
+            "reasons": self.reasons,
+        }
+        if self.votes_read:
+            summary.update(votes_read=self.votes_read, votes_kept=self.votes_kept,
+                           votes_quarantined=self.votes_quarantined)
+        return summary
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFrame:
+    present = {k for r in records for k in r}
+    columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
+    return pl.DataFrame(
+        {c: [r.get(c) for r in records] for c in columns},
+        schema={c: pl.Float64 if c in SCORE_COLUMNS else pl.String for c in columns},
+    )
+
+
+def _looks_utf16(path: Path) -> bool:
+    """A UTF-16 byte-order mark, or the NUL of every other byte that UTF-16 gives ASCII text."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False
+    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 8 and head[1::2].count(0) >= len(head) // 4)
+
+
+def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
+    good = [r for r in rows if r.data is not None]
+    if not good:
+        why = Counter(r.error for r in rows).most_common(3)
+        hint = ""
+        if _looks_utf16(path):
+            hint = "; it looks like UTF-16 text: save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8`)"
+        raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed"
+                            + "".join(f"; {reason} {n}" for reason, n in why) + f"){hint}")
+    columns = set().union(*(r.data.keys() for r in good[:1000]))
+    all_columns = set().union(*(r.data.keys() for r in good))
+    return check_format(path, fmt, columns, all_columns, good[0].data)
+
+
+def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]]) -> tuple[list[dict], int]:
+    """The long votes table: pair_id, annotator, vote. Returns kept votes and the rows read."""
+    rows = list(read_rows(path))
+    good = [r for r in rows if r.data is not None]
+    columns = set().union(*(r.data.keys() for r in good)) if good else set()
+    missing = [c for c in VOTE_COLUMNS if c not in columns]
+    if missing:
+        raise UnusableInput(f"{path}: votes table lacks column(s) {', '.join(missing)}; it needs pair_id, annotator, vote")
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row.data is None:
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            continue
+        try:
+            pid, annotator = row.data.get("pair_id"), row.data.get("annotator")
+            if pid is None or str(pid).strip() == "":
+                raise RowRejected("missing_field:pair_id")
+            if annotator is None or str(annotator).strip() == "":
+                raise RowRejected("missing_field:annotator")
+            vote = parse_vote(row.data.get("vote"))
+            if vote is None:
+                raise RowRejected("missing_field:vote")
+            pid, annotator = str(pid), str(annotator)
+            if pid not in known_ids:
+                raise RowRejected("unknown_pair_id", f"{pid!r} is not an id in the data")
+            previous = kept.get((pid, annotator))
+            if previous is not None and previous["vote"] != vote:
+                raise RowRejected("conflicting_vote", f"{annotator} voted {previous['vote']} and {vote} on {pid}")
+            if previous is not None:
+                raise RowRejected("duplicate_vote", f"{annotator} voted twice on {pid}")
+        except RowRejected as rejected:
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        kept[(pid, annotator)] = {"pair_id": pid, "annotator": annotator, "vote": vote}
+    return list(kept.values()), len(rows)
+
+
+def import_file(
+    src: str | Path,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+    columnar: bool = True,
+    aggregate: str = "majority",
+) -> ImportResult:
+    """Import a file. Parquet in the `trl` format goes through the columnar path (prefdata.data.columnar:
+    the same rows, ids, reasons and row numbers, at a small multiple of a plain read); every other
+    file, or `columnar=False`, goes row by row, the reference the columnar path is tested against."""
+    path = Path(src)
+    if columnar:
+        done = convert_columnar(path, fmt, max_text_bytes)
+        if done is not None:
+            return _finish(path, done.format, done.pairs, [], [], done.quarantine, done.read, votes)
+    return import_rows(path, fmt, votes, max_text_bytes, track, aggregate)
+
+
+def import_rows(
+    src: str | Path,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+    aggregate: str = "majority",
+) -> ImportResult:
+    """The row-by-row import: every row through its format's converter, in order."""
+    path = Path(src)
+    rows = list(read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
+    fmt = _choose_format(path, rows, fmt)
+    convert = CONVERTERS[fmt]
+    quarantine: list[dict[str, Any]] = []
+    converted: list = []
+    content_by_id: dict[str, tuple] = {}
+    for row in (track(rows, f"importing {path.name}", len(rows)) if track else rows):
+        if row.data is None:
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            continue
+        try:
+            item = convert_row(row.data, convert, max_text_bytes)
+            _assign_id(item.record, content_by_id)
+        except RowRejected as rejected:
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        converted.append(item)
+
+    pairs = _frame([c.record for c in converted if c.kind == "pair"], PAIR_COLUMNS)
+    comparisons = [c.record for c in converted if c.kind == "comparison"]
+    vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
+    return _finish(path, fmt, pairs, comparisons, vote_rows, quarantine, len(rows), votes, aggregate)
+
+
+def _assign_id(record: dict[str, Any], content_by_id: dict[str, tuple]) -> None:
+    """Give `record` its row id and note it in `content_by_id` (id -> content of the rows so far);
+    RowRejected when a source id is reused for other content."""
+    content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
+    if record["id"] is None:
+        # No source id: the content id, numbered on repeats so rows (and their votes)
+        # stay apart; re-importing the same file gives the same ids.
+        record["id"] = record["pair_id"]
+        repeat = 1
+        while record["id"] in content_by_id:
+            repeat += 1
+            record["id"] = f"{record['pair_id']}-{repeat}"
+    elif content_by_id.get(record["id"], content) != content:
+        raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
+    content_by_id[record["id"]] = content
+
+
+def _label_comparisons(comparisons: list[dict[str, Any]], vote_rows: list[dict[str, Any]], aggregate: str) -> None:
+    """Set each voted comparison's `label` from its votes (in place), aggregated by `aggregate`
+    (formats.vote_labels). Votes decide; a label column only counts without votes."""
+    labels = vote_labels(vote_rows, aggregate)
+    for record in comparisons:
+        if record["id"] in labels:
+            record["label"] = labels[record["id"]]
+
+
+def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[str, Any]],
+            vote_rows: list[dict[str, Any]], quarantine: list[dict[str, Any]], read: int,
+            votes: str | Path | None, aggregate: str = "majority") -> ImportResult:
+    """Votes, majority labels and the counts, from the kept rows of either path."""
+    data_quarantined = len(quarantine)
+    kept = pairs.height + len(comparisons)
+    if read != kept + data_quarantined:
+        raise RuntimeError(f"import counts do not reconcile: read {read} != kept {kept} + quarantined {data_quarantined}")
+    votes_read = len(vote_rows)
+    if votes is not None:
+        known = set(pairs["id"].to_list()) | {c["id"] for c in comparisons}
+        long_votes, votes_read_long = _read_votes(Path(votes), known, quarantine)
+        vote_rows.extend(long_votes)
+        votes_read += votes_read_long
+    if comparisons:
+        _label_comparisons(comparisons, vote_rows, aggregate)
+        resolved = [p for p in map(resolve, comparisons) if p is not None]
+        pairs = _frame(pairs.to_dicts() + resolved, PAIR_COLUMNS)
+
+    result = ImportResult(
+        format=fmt,
+        pairs=pairs,
+        comparisons=_frame(comparisons, COMPARISON_COLUMNS) if comparisons else None,
+        votes=_frame(vote_rows, VOTE_COLUMNS) if vote_rows else None,
+        quarantine=quarantine,
+        read=read,
+        kept=kept,
+        quarantined=data_quarantined,
+        votes_read=votes_read,
+        votes_kept=len(vote_rows),
+        votes_quarantined=len(quarantine) - data_quarantined,
+        sources=[{"path": str(path), "sha256": _sha256(path), "role": "data", "format": fmt}]
+        + ([{"path": str(votes), "sha256": _sha256(Path(votes)), "role": "votes"}] if votes else []),
+    )
+    if result.votes_read != result.votes_kept + result.votes_quarantined:
+        raise RuntimeError(f"vote counts do not reconcile: {result.summary()}")
+    return result
+
+
+def version_tables(result: ImportResult) -> dict[str, dict[str, pl.DataFrame]]:
+    """The tables a store version of this import holds."""
+    from prefdata.data.store import tables_for
+
+    return tables_for(result.pairs, result.comparisons, result.votes)
+
+
+def require_kept(result: ImportResult, where: str = "") -> None:
+    """An import that kept no row is the user's to fix, never an empty version: UnusableInput (exit 2)
+    naming the source, the rows read and the commonest reasons."""
+    if result.pairs.height or (result.comparisons is not None and result.comparisons.height):
+        return
+    source = result.sources[0]["path"] if result.sources else "the input"
+    reasons = ", ".join(f"{reason} {n}" for reason, n in list(result.reasons.items())[:3]) or "none"
+    raise UnusableInput(f"{source}: no row could be imported (read {result.read} = quarantined {result.quarantined}; "
+                        f"reasons: {reasons}){where}: fix the rows, or check --format")
+
+
+def import_to_store(result: ImportResult, name: str, store: Store, guidelines: str | None = None) -> Version:
+    """An import as a draft version of `name`: its tables, quarantine and counts, and where it came
+    from (the source files with their sha256, the format that read them). The same content imported
+    again is the same version, its status kept."""
+    require_kept(result)
+    lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
+    return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
+                        lineage=lineage, guidelines=guidelines)
+
+
+def import_file_to_store(
+    src: str | Path,
+    name: str,
+    store: Store,
+    *,
+    fmt: str = "auto",
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    track: Track | None = None,
+    aggregate: str = "majority",
+    guidelines: str | None = None,
+    batch_rows: int | None = None,
+) -> tuple[ImportResult, Version]:
+    """`import_file`, then `import_to_store`; a Parquet file of more than one batch of rows
+    (columnar.BATCH_ROWS) goes into the store a batch at a time, so its size is bounded by the disk,
+    not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
+    their text is in the version's shards. `batch_rows` (default BATCH_ROWS): rows per batch."""
+    path = Path(src)
+    opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS)
+    if opened is not None and opened.n_batches > 1:
+        try:
+            return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
+        except MixedIds:
+            pass  # ids on some rows only: the row path settles their collisions, in memory
+    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate)
+    return result, import_to_store(result, name, store, guidelines)
+
+
+def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Store, votes: str | Path | None,
+                     aggregate: str, guidelines: str | None) -> tuple[ImportResult, Version]:
+    from prefdata.data.store import tables_for
+
+    ids: list[pl.Series] = []
+    quarantine: list[dict[str, Any]] = []
+    finished: list[ImportResult] = []
+
+    def batches() -> Iterable[dict[str, dict[str, pl.DataFrame]]]:
+        for kept, rejected in opened.batches:
+            ids.append(kept["id"])
+            quarantine.extend(rejected)
+            tables = tables_for(kept)
+            del kept  # before the next batch is read: one batch in memory at a time
+            yield tables
+            del tables
+
+    def ending():
+        kept_ids = pl.DataFrame({"id": pl.concat(ids)})
+        result = _finish(path, opened.format, kept_ids, [], [], quarantine, opened.read, votes, aggregate)
+        require_kept(result)
+        finished.append(result)
+        lineage = {"parent": None, "sources": result.sources, "flow_run": None,
+                   "components": {"importer": result.format}}
+        extra = {"votes": {"train": result.votes}} if result.votes is not None else {}
+        return extra, result.quarantine, result.summary(), lineage
+
+    version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines)
+    return finished[0], version
+
+
+def import_file_to_shards(
+    src: str | Path,
+    *,
+    votes: str | Path | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    aggregate: str = "majority",
+    batch_rows: int | None = None,
+) -> tuple[ImportResult, list[str]] | None:
+    """A Parquet file of more than one batch of rows, imported into temporary Parquet shards (one
+    per batch, removed when the process exits) for a batched checklist run (checks/batched.py):
+    the result (its `pairs` holds only the kept ids) and the shards' paths (the gate reads them
+    with checks/shards.py's Shards).
+    None when the file is one batch, or not one the columnar path takes: import it in memory."""
+    import shutil
+
+    from prefdata.base.scratch import scratch_dir
+
+    path = Path(src)
+    opened = convert_batches(path, "auto", max_text_bytes, batch_rows or BATCH_ROWS)
+    if opened is None or opened.n_batches < 2:
+        return None
+    folder = scratch_dir("shards")  # removed at exit, on SIGTERM, or by the next run after a SIGKILL
+    ids: list[pl.Series] = []
+    quarantine: list[dict[str, Any]] = []
+    paths: list[str] = []
+    try:
+        for k, (kept, rejected) in enumerate(opened.batches):
+            ids.append(kept["id"])
+            quarantine.extend(rejected)
+            if kept.height:
+                paths.append(str(folder / f"pairs-{k:05d}.parquet"))
+                kept.write_parquet(paths[-1], compression="lz4")  # read back once or twice: fast, not small
+            del kept  # before the next batch is read
+    except MixedIds:
+        paths = []
+    if not paths:  # ids on some rows only, or nothing kept: the in-memory import says what happened
+        shutil.rmtree(folder, True)
+        return None
+    result = _finish(path, opened.format, pl.DataFrame({"id": pl.concat(ids)}), [], [], quarantine, opened.read,
+                     votes, aggregate)
+    return result, paths

@@ -1,0 +1,491 @@
+"""Read rows from JSONL, JSON, CSV and Parquet files, gzipped or not.
+
+Readers yield `RawRow`s and never raise for a bad row: a line that is not valid UTF-8 or not JSON,
+a row nested deeper than MAX_DEPTH, or an object with a key given twice becomes a RawRow with an
+`error`, so the importer can quarantine it with its row number. Only a file that cannot be used at
+all (missing, unreadable, unknown type, corrupt gzip, a JSON document broken outside its rows)
+raises UnusableInput.
+
+Row numbers are what a user finds in an editor: the line in JSONL and CSV/TSV (the header is
+line 1; a quoted field over several lines counts from its first line), the element of a JSON array
+(1-based), the record of a Parquet file (1-based).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefdata.base.errors import UnusableInput
+
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which Windows tools put before the first row
+MAX_DEPTH = 100  # preference rows nest 3 levels (a message list); deeper is an attack or an accident
+RAW_TEXT_CHARS = 2000  # unparsed text kept for the quarantine file
+# A JSONL line longer than this is quarantined as row_too_large without being held whole. The import
+# sets it from --max-text-bytes (ROW_BYTES_PER_TEXT_BYTE times it): a row holds a few texts, each at
+# most that long, and JSON escapes can double a text's bytes.
+ROW_BYTES_PER_TEXT_BYTE = 16
+MAX_ROW_BYTES = ROW_BYTES_PER_TEXT_BYTE << 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
+KINDS = ("jsonl", "json", "csv", "tsv", "parquet")
+
+
+@dataclass(frozen=True)
+class RawRow:
+    number: int  # 1-based: the line in JSONL, the element in a JSON array, the record in CSV/Parquet
+    data: dict[str, Any] | None
+    error: str | None = None  # a quarantine reason when the row could not be read
+    detail: str = ""
+    text: str | None = None  # the unparsed text of a row that could not be read, cut to RAW_TEXT_CHARS
+
+
+def file_kind(path: Path, head: bytes) -> str:
+    """The container type, from the extension (ignoring .gz) and, failing that, the first bytes."""
+    suffixes = [s.lower() for s in path.suffixes if s.lower() not in (".gz", ".gzip")]
+    ext = suffixes[-1].lstrip(".") if suffixes else ""
+    if ext in ("jsonl", "ndjson"):
+        return "jsonl"
+    if ext in ("parquet", "pq"):
+        return "parquet"
+    if ext in KINDS:
+        return ext
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    stripped = head.lstrip()
+    if stripped.startswith(b"["):
+        return "json"
+    if stripped.startswith(b"{"):
+        return "jsonl"
+    raise UnusableInput(
+        f"{path}: cannot tell the file type from its name or content; "
+        "use one of .jsonl, .json, .csv, .tsv, .parquet (optionally .gz)"
+    )
+
+
+def require_regular_file(path: Path) -> None:
+    """A data file is read more than once (its type, its rows, its sha256 for the lineage), which a
+    pipe or a device cannot give twice the same (`cat f > fifo` would hang on the second read; /dev/zero
+    never ends): anything but a regular file (or a link to one) is refused before the first read."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a folder is refused where it is opened, in its own words
+        return
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise UnusableInput(f"{path}: is {what}, not a regular file; prefdata reads its input more than once, so save it "
+                        f"to a file first (e.g. `cat {path} > data.jsonl`)")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole file, gunzipped when it is gzip (the formats read in one piece: JSON, CSV, Parquet)."""
+    require_regular_file(path)
+    with _open_data(path) as handle:
+        try:
+            return handle.read()
+        except (OSError, EOFError, zlib.error) as exc:
+            if isinstance(handle, gzip.GzipFile):
+                raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+            raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def has_invalid_text(value: Any) -> bool:
+    """True when a decoded value carries lone surrogates, i.e. bytes that were not valid UTF-8."""
+    if isinstance(value, str):
+        return bool(_SURROGATE.search(value))
+    if isinstance(value, dict):
+        return any(has_invalid_text(v) for v in value.values()) or any(has_invalid_text(k) for k in value)
+    if isinstance(value, list):
+        return any(has_invalid_text(v) for v in value)
+    return False
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep lists and objects nest (a flat row is 1); stops counting past `limit`. Iterative, so
+    a hostile row cannot exhaust Python's stack."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a key given twice would silently keep the last value."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_WS = re.compile(r"[ \t\n\r]*")
+_JSON_TOKEN = re.compile(r'["\[\]{}]')
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _cut_text(text: str) -> str:
+    return text if len(text) <= RAW_TEXT_CHARS else text[:RAW_TEXT_CHARS] + f"... [{len(text)} chars]"
+
+
+def _value_end(text: str, pos: int) -> int:
+    """Where the JSON array or object starting at `pos` ends, by counting brackets outside strings:
+    used to step over a value the decoder refused (too deep, a duplicate key) without recursion."""
+    depth = 0
+    while True:
+        token = _JSON_TOKEN.search(text, pos)
+        if token is None:
+            return len(text)
+        char, pos = token.group(), token.end()
+        if char == '"':
+            string = _JSON_STRING.match(text, token.start())
+            if string is None:
+                return len(text)
+            pos = string.end()
+            continue
+        depth += 1 if char in "[{" else -1
+        if depth == 0:
+            return pos
+
+
+def _decode_at(text: str, pos: int, number: int, check_text: bool = True) -> tuple[RawRow, int]:
+    """Decode the JSON value at `pos` as row `number`; returns the row and where the value ends."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        end = _value_end(text, pos)
+        return RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep",
+                      _cut_text(text[pos:end])), end
+    except _DuplicateKey as dup:
+        end = _value_end(text, pos)
+        return RawRow(number, None, "duplicate_key", f"key {dup.key!r} appears twice in one object",
+                      _cut_text(text[pos:end])), end
+    # Only a row with many brackets can be deep; counting them is C-speed and needs no parse.
+    if (text.count("[", pos, end) + text.count("{", pos, end) > MAX_DEPTH
+            and nesting_depth(value) > MAX_DEPTH):
+        return RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep",
+                      _cut_text(text[pos:end])), end
+    return _object_row(number, value, check_text, text[pos:end] if not isinstance(value, dict) else None), end
+
+
+def _object_row(number: int, value: Any, check_text: bool = True, text: str | None = None) -> RawRow:
+    if not isinstance(value, dict):
+        return RawRow(number, None, "not_an_object", f"got {type(value).__name__}",
+                      _cut_text(text) if text is not None else None)
+    if check_text and has_invalid_text(value):
+        return RawRow(number, None, "invalid_utf8", "a text field is not valid UTF-8")
+    return RawRow(number, value)
+
+
+def _open_data(path: Path):
+    """The file's bytes as a stream, gunzipped when it is gzip."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UnusableInput(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+    if handle.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=handle, mode="rb")
+    return handle
+
+
+def _lines(path: Path, max_line_bytes: int, block: int = 1 << 20) -> Iterator[tuple[int, bytes | None, bytes, int]]:
+    """(line number, the line or None when it is longer than `max_line_bytes`, its first bytes, its
+    size) for each line of a file read a block at a time: a line over the limit is never held whole
+    (a gzip bomb of one 1.5 GB line costs a block, not 3 GB). The BOM is stripped."""
+    number, line, size, head = 0, bytearray(), 0, b""
+    with _open_data(path) as handle:
+        try:
+            first = True
+            while chunk := handle.read(block):
+                if first:
+                    chunk, first = chunk.removeprefix(BOM), False
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    piece = chunk[start:] if end < 0 else chunk[start:end]
+                    size += len(piece)
+                    if line is not None:
+                        line += piece
+                        if len(line) > max_line_bytes:
+                            head, line = bytes(line[:RAW_TEXT_CHARS]), None
+                    if end < 0:
+                        break
+                    number += 1
+                    yield number, (bytes(line) if line is not None else None), head, size
+                    line, size, head, start = bytearray(), 0, b"", end + 1
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+    if size:
+        yield number + 1, (bytes(line) if line is not None else None), head, size
+
+
+def _jsonl_rows(lines: Iterator[tuple[int, bytes | None, bytes, int]], max_line_bytes: int) -> Iterator[RawRow]:
+    for number, line, head, size in lines:
+        if line is None:
+            yield RawRow(number, None, "row_too_large", f"the line is {size} bytes, over the {max_line_bytes} allowed "
+                         "(raise --max-text-bytes if it is a real row)", head.decode("utf-8", errors="replace") + "...")
+            continue
+        if not line.strip():
+            continue  # blank lines are not rows
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield RawRow(number, None, "invalid_utf8", f"byte {exc.start} of the line",
+                         _cut_text(line.decode("utf-8", errors="replace")))
+            continue
+        start = _WS.match(text).end()
+        try:
+            # strict decoding let no bad byte through; only a JSON escape can still make a lone surrogate
+            row, end = _decode_at(text, start, number, check_text="\\ud" in text or "\\uD" in text)
+        except json.JSONDecodeError as exc:
+            yield RawRow(number, None, "invalid_json", exc.msg, _cut_text(text.strip()))
+            continue
+        if text[end:].strip():
+            yield RawRow(number, None, "invalid_json", "Extra data", _cut_text(text.strip()))
+            continue
+        yield row
+
+
+def _array_rows(path: Path, text: str, pos: int) -> Iterator[RawRow]:
+    """The elements of the JSON array starting at `pos`, one by one, so that one bad element (too
+    deep, a duplicate key) is one quarantined row and not a lost file."""
+    pos = _WS.match(text, pos + 1).end()
+    if text.startswith("]", pos):
+        return
+    number = 0
+    while True:
+        number += 1
+        try:
+            row, pos = _decode_at(text, pos, number)
+        except json.JSONDecodeError as exc:
+            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        yield row
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+        elif text.startswith("]", pos):
+            return
+        else:
+            line = text.count("\n", 0, pos) + 1
+            raise UnusableInput(f"{path}: not valid JSON (expected ',' or ']' after element {number}, line {line})")
+
+
+def _wrapped_rows(path: Path, text: str, pos: int) -> list[RawRow]:
+    """`{"data": [...]}` (or one object) read member by member, for a document whose whole parse
+    failed on a bad row: the rows of its one list, or the object itself as row 1."""
+    members: dict[str, Any] = {}
+    lists: list[list[RawRow]] = []
+    pos = _WS.match(text, pos + 1).end()
+    while not text.startswith("}", pos):
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        if not isinstance(key, str) or key in members:
+            raise UnusableInput(f"{path}: the top-level object has a bad or repeated key {key!r}")
+        pos = _WS.match(text, pos).end()
+        if not text.startswith(":", pos):
+            raise UnusableInput(f"{path}: not valid JSON (expected ':' after key {key!r})")
+        pos = _WS.match(text, pos + 1).end()
+        if text.startswith("[", pos):
+            end = _value_end(text, pos)
+            members[key] = rows = list(_array_rows(path, text, pos))
+            lists.append(rows)
+            pos = end
+        else:
+            row, pos = _decode_at(text, pos, 1)
+            members[key] = row
+        pos = _WS.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+    if len(lists) == 1:
+        return lists[0]
+    # No single list: the object is one row, and it is as bad as its first bad member.
+    found = [m for m in members.values() if isinstance(m, RawRow)]
+    found += [r for m in members.values() if isinstance(m, list) for r in m]
+    bad = next((r for r in found if r.error in ("too_deep", "duplicate_key")), None)
+    if bad is None:
+        raise UnusableInput(f"{path}: not valid JSON (a value nests too deeply or repeats a key)")
+    return [RawRow(1, None, bad.error, bad.detail, _cut_text(text))]
+
+
+def _json_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
+    text = raw.decode("utf-8", errors="surrogateescape")  # bad bytes surface per row, below
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # JSON Lines saved as .json (datasets' to_json does this)
+            yield from _jsonl_rows(raw)
+            return
+        raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except (RecursionError, _DuplicateKey):
+        # One row is bad: read again element by element (slower, and only for such a file).
+        start = _WS.match(text).end()
+        yield from _array_rows(path, text, start) if text.startswith("[", start) else _wrapped_rows(path, text, start)
+        return
+    if isinstance(value, dict):
+        lists = [v for v in value.values() if isinstance(v, list)]
+        if len(lists) == 1:  # {"data": [...]} or {"rows": [...]}
+            value = lists[0]
+        else:
+            value = [value]
+    elif not isinstance(value, list):
+        raise UnusableInput(f"{path}: a JSON file must hold an array of rows, got {type(value).__name__}")
+    for number, item in enumerate(value, start=1):
+        if isinstance(item, (dict, list)) and nesting_depth(item) > MAX_DEPTH:
+            yield RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep")
+            continue
+        yield _object_row(number, item, text=json.dumps(item) if not isinstance(item, dict) else None)
+
+
+def _csv_rows(path: Path, raw: bytes, delimiter: str) -> Iterator[RawRow]:
+    text = raw.decode("utf-8", errors="surrogateescape")
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise UnusableInput(f"{path}: the header names column {repeated[0]!r} twice; give each column one name")
+    line = reader.line_num  # lines read so far: a record starts on the line after them
+    for fields in reader:
+        number, line = line + 1, reader.line_num
+        if not fields:
+            continue
+        if len(fields) != len(header):
+            yield RawRow(number, None, "malformed_csv_row", f"{len(fields)} fields, header has {len(header)}",
+                         _cut_text(delimiter.join(fields)))
+            continue
+        yield _object_row(number, dict(zip(header, fields)))
+
+
+def parquet_problem(path: Path, exc: Exception) -> str:
+    """Where a Parquet file that failed to read is damaged: the first row group pyarrow cannot read,
+    or whose text is not UTF-8, with its rows (from 1); else the error as it came."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(str(path))
+    except (pa.ArrowException, OSError) as footer:
+        return f"its footer cannot be read ({' '.join(str(footer).split())})"
+    first = 1
+    for group in range(parquet.num_row_groups):
+        n = parquet.metadata.row_group(group).num_rows
+        where = f"row group {group} (rows {first}-{first + n - 1})"
+        try:
+            table = parquet.read_row_group(group)
+        except (pa.ArrowException, OSError) as damaged:
+            return f"{where} cannot be read ({' '.join(str(damaged).split())}): rewrite the file, or drop that row group"
+        for field, column in zip(table.schema, table.columns):
+            if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+                try:
+                    column.validate(full=True)
+                except pa.ArrowInvalid:
+                    return (f"{where} holds text that is not UTF-8 in column {field.name!r}: fix those rows, or raise "
+                            f"--batch-rows above the file's {parquet.metadata.num_rows} rows, so that it is read in "
+                            "memory and only those rows are quarantined")
+        first += n
+    return str(exc)
+
+
+def parquet_table(path: Path, raw: bytes):
+    """A pyarrow Table of Parquet bytes.
+
+    The bytes are handed to Arrow in memory Arrow owns. Wrapped in pa.BufferReader, Python's own
+    bytes object stays referenced by the dataset scanner, which drops that reference on one of its
+    worker threads after read_table returns; freeing a Python object needs the GIL, and when the
+    interpreter is already exiting (an error right after the read) that thread is killed inside a
+    C++ destructor: "terminate called without an active exception", exit 134.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    gzipped = False
+    try:
+        with path.open("rb") as handle:
+            gzipped = handle.read(2) == GZIP_MAGIC
+        if not gzipped:  # Arrow opens the file itself
+            return pq.read_table(str(path))
+        sink = pa.BufferOutputStream()
+        sink.write(raw)
+        return pq.read_table(pa.BufferReader(sink.getvalue()))
+    except (pa.ArrowException, OSError) as exc:
+        where = parquet_problem(path, exc) if not gzipped else str(exc)
+        raise UnusableInput(f"{path}: not a readable Parquet file: {where}") from None
+
+
+def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
+    import pyarrow as pa
+
+    table = parquet_table(path, raw)
+    # A Parquet writer can store bytes that are not UTF-8 in a text column; pyarrow would raise on
+    # the whole column. Such columns are read as bytes and decoded here, so that only the rows
+    # with bad bytes are quarantined (invalid_utf8), as in the other formats.
+    bad_text = []
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            try:
+                table.column(i).validate(full=True)
+            except pa.ArrowInvalid:
+                bad_text.append(field.name)
+                table = table.set_column(i, field.name, table.column(i).cast(pa.large_binary()))
+    for number, item in enumerate(table.to_pylist(), start=1):
+        for name in bad_text:
+            if item[name] is not None:
+                item[name] = item[name].decode("utf-8", errors="surrogateescape")
+        yield _object_row(number, item)
+
+
+def read_rows(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[RawRow]:
+    """Every row of a data file, in order, with its number; bad rows carry an error instead of data.
+    JSONL (gzipped or not) is read a line at a time: a line over `max_row_bytes` is a `row_too_large`
+    row, never held whole."""
+    path = Path(path)
+    require_regular_file(path)
+    with _open_data(path) as handle:
+        try:
+            head = handle.read(64 + len(BOM)).removeprefix(BOM)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+    kind = file_kind(path, head)
+    if kind == "jsonl":
+        return _jsonl_rows(_lines(path, max_row_bytes), max_row_bytes)
+    raw = read_bytes(path).removeprefix(BOM)
+    if kind == "json":
+        return _json_rows(path, raw)
+    if kind in ("csv", "tsv"):
+        return _csv_rows(path, raw, "\t" if kind == "tsv" else ",")
+    return _parquet_rows(path, raw)

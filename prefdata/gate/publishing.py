@@ -1,0 +1,108 @@
+"""Publishing a stored version: the checklist gate on it, then its status (validated or rejected).
+
+The one path `prefdata publish` and the validate and publish flows take (flows/gate.py wraps these
+functions in Prefect tasks, the CLI prints what they return), so a version is judged, reported and
+marked the same way whoever publishes it. No Prefect here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from prefdata.base.errors import GateFailed, ways_out
+
+REPORTS_ROOT = Path(".prefdata") / "reports"
+
+
+def default_report_dir(name: str, version: str) -> Path:
+    """Where a version's reports go when no folder is given: .prefdata/reports/NAME-VERSION."""
+    return REPORTS_ROOT / f"{name}-{version}"
+
+
+@dataclass
+class Validation:
+    """A checklist run on a stored version: the gate's outcome and the report stored with a status."""
+
+    dataset: str  # NAME@VERSION
+    outcome: Any  # prefdata.gate.runner.GateOutcome
+    report: dict[str, Any]  # the gate's report, with the config, strictness and inputs that made it
+    report_dir: Path  # absolute: the report names files in it, and is read from anywhere
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome.passed
+
+    @property
+    def failing(self) -> list[str]:
+        return [r.id for r in self.outcome.results if r.status in ("fail", "error")]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (a flow's result): dataset, passed, report, report_dir, reports."""
+        return {"dataset": self.dataset, "passed": self.passed, "report": self.report, "report_dir": str(self.report_dir),
+                "reports": {k: str(p) for k, p in self.outcome.reports.items()}}
+
+
+@dataclass
+class Publication:
+    dataset: str  # NAME@VERSION
+    status: str  # "validated" (a refused version raises GateFailed)
+    validation: Validation | None  # None: it was validated already, nothing ran
+
+
+def validate_version(
+    store,
+    ref: str,
+    *,
+    config: str | Path | None = None,
+    strict: bool = False,
+    report_dir: str | Path | None = None,
+    scorer: str | None = None,
+    eval_data: str | None = None,
+    reference_prompts: str | Path | None = None,
+    title: str = "validate",
+    read_from=None,
+) -> Validation:
+    """Run the checklist on a stored version and write its reports; the status is left as it is.
+    `read_from`: a Store holding the version's bytes to check (a `pinned` copy); an --eval version
+    is still looked up in `store`."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.gate.runner import load_inputs, run_gate
+
+    v = store.get(ref)
+    folder = Path(report_dir or default_report_dir(v.name, v.version)).resolve()
+    checklist = load_config(config)
+    inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
+                               eval_store=store.url,
+                               reference_prompts=Path(reference_prompts) if reference_prompts else None,
+                               docs_dir=folder / "gx")
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}")
+    report = {**outcome.report, "config": checklist, "strict": strict or bool(checklist.get("strict")), "input": info}
+    return Validation(v.ref, outcome, report, folder)
+
+
+def publish_version(store, ref: str, *, show: Callable[[Validation], None] | None = None, **settings) -> Publication:
+    """Mark a version validated only when its files verify and the checklist passes; else mark it
+    rejected and raise GateFailed (exit 1). A version validated already is left alone (nothing runs).
+
+    `settings` are validate_version's (config, strict, report_dir, scorer, eval_data, reference_prompts);
+    `show` sees the checklist's outcome before the status is set (the CLI prints it, a flow makes
+    artifacts of it), so a refusal is reported in full before its error.
+    """
+    # The checklist reads a private copy made in the same read that checks each file's hash against
+    # the manifest, and the signature then covers that manifest: the bytes signed are the bytes
+    # checked, whatever a writer of the store swaps in meanwhile.
+    with store.pinned(ref) as (copy, v):
+        if v.status == "validated":
+            return Publication(v.ref, "validated", None)
+        store.check_can_set_status(v.name)  # a status that cannot be written fails now, not after the checklist
+        validation = validate_version(store, v.ref, title="publish", read_from=copy, **settings)
+        if show is not None:
+            show(validation)
+        if not validation.passed:
+            store.set_status(v.ref, "rejected", report=validation.report, checked=v)
+            raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked "
+                             f"rejected. Ways out: {ways_out(v.ref, validation.failing)}")
+        store.set_status(v.ref, "validated", report=validation.report, checked=v)
+    return Publication(v.ref, "validated", validation)

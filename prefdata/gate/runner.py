@@ -1,0 +1,248 @@
+"""The checklist as a build gate: gather the inputs a check run needs, run it, write the reports.
+
+Shared by `prefdata check` and `prefdata publish` (and the validate flow), so all three judge a
+dataset the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from prefdata.base.errors import UnusableInput
+from prefdata.data.readers import read_rows
+
+PROMPT_COLUMNS = ("prompt", "text", "question", "instruction", "turns")
+
+
+@dataclass
+class GateOutcome:
+    passed: bool
+    results: list
+    report: dict[str, Any]
+    reports: dict[str, Path] = field(default_factory=dict)
+
+
+def read_prompts(path: str | Path) -> pl.Series:
+    """Reference prompts: a .txt file (one per line) or any table with a prompt-like column."""
+    path = Path(path)
+    if path.suffix.lower() == ".txt":
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UnusableInput(f"{path}: cannot read reference prompts ({exc})") from None
+        prompts = [line for line in lines if line.strip()]
+    else:
+        rows = [r.data for r in read_rows(path) if r.data is not None]
+        column = next((c for c in PROMPT_COLUMNS if rows and c in rows[0]), None)
+        if column is None:
+            raise UnusableInput(f"{path}: reference prompts need a column named one of {', '.join(PROMPT_COLUMNS)}")
+        prompts = [r[column][0] if isinstance(r.get(column), list) and r[column] else r.get(column) for r in rows]
+        prompts = [p for p in prompts if isinstance(p, str) and p.strip()]
+    if not prompts:
+        raise UnusableInput(f"{path}: no reference prompts in it")
+    return pl.Series("prompt", prompts, dtype=pl.String)
+
+
+def read_text(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc})") from None
+
+
+def load_inputs(
+    data: str,
+    *,
+    votes: Path | None = None,
+    eval_data: str | None = None,
+    reference_prompts: Path | None = None,
+    card: Path | None = None,
+    scorer: str | None = None,
+    store: str | None = None,
+    docs_dir: Path | None = None,
+    batch_rows: int | None = None,
+    eval_store: str | None = None,
+):
+    """DATA is a file `prefdata import` reads, or a store version NAME@VERSION. A Parquet file of
+    more than `batch_rows` rows (default columnar.BATCH_ROWS), or a version written in shards, is
+    checked shard by shard (checks/batched.py). `eval_store`: where an EVAL version is (default: `store`)."""
+    from prefdata.checks.checklist import CheckInputs
+
+    info: dict[str, Any] = {"data": data}
+    read: dict[str, Any] = {}
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows)
+    eval_pairs = None
+    if eval_data is not None:
+        eval_pairs = _load_dataset(eval_data, None, eval_store or store, {})[0]
+    inputs = CheckInputs(
+        pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
+        reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
+        card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
+        lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"),
+    )
+    if scorer:
+        from prefdata.gate.scoring import parse_spec, verdicts_for
+
+        if inputs.shards is not None and parse_spec(scorer, notice=lambda _m: None).kind != "verdicts":
+            raise UnusableInput(f"--scorer {scorer}: a dataset of {inputs.shards.n} pairs is checked shard by shard, "
+                                "where only verdicts:FILE is supported; score a sample and pass its verdicts")
+
+        inputs.verdicts = verdicts_for(scorer, pairs, comparisons)
+        info["scorer"] = scorer
+    return inputs, info
+
+
+def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any],
+                  read: dict[str, Any] | None = None, batch_rows: int | None = None):
+    if Path(data).exists():
+        from prefdata.data.importer import import_file, import_file_to_shards
+
+        if read is not None:  # the file under check: a big one is imported into temporary shards
+            sharded = import_file_to_shards(data, votes=votes, batch_rows=batch_rows)
+            if sharded is not None:
+                from prefdata.checks.shards import Shards
+
+                result, shards = sharded[0], Shards(sharded[1])
+                info["import"] = result.summary()
+                info["left_out"] = _left_out(result, votes)
+                read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read, shards=shards)
+                return _thin(shards), None, result.votes, None, None, {"sources": result.sources}
+        result = import_file(data, votes=votes)
+        info["import"] = result.summary()
+        info["left_out"] = _left_out(result, votes)
+        if read is not None:  # the rows a file loses at read count against the gate (checks/checklist.py)
+            read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read)
+        return result.pairs, result.comparisons, result.votes, None, None, {"sources": result.sources}
+    if "@" not in data and ("/" in data or "." in Path(data).suffix):
+        raise UnusableInput(f"{data}: no such file (and not a store version NAME@VERSION)")
+    from prefdata.data.store import Store
+
+    st = Store(store)
+    v = st.get(data)
+    info["version"] = v.ref
+    configs = v.manifest["counts"]["rows"]
+
+    def table(config: str):
+        return st.load(v.ref, config) if config in configs else None
+
+    shards = _version_shards(st, v, "default") if read is not None else None
+    if shards is not None:  # a version written in shards (a big import) is checked shard by shard
+        from prefdata.checks.batched import thin_sft
+
+        read["shards"] = shards
+        sft_shards = _version_shards(st, v, "sft")
+        pairs, sft = _thin(shards), _thin(sft_shards, thin_sft) if sft_shards is not None else table("sft")
+    else:
+        pairs, sft = st.load(v.ref), table("sft")
+    vote_frame = table("votes")
+    if votes is not None:  # a label audit's votes (`argilla pull` of `argilla push NAME@VERSION`) replace its own
+        from prefdata.argilla.audit import read_audit_votes
+
+        vote_frame = read_audit_votes(votes, pairs["id"])
+        info["votes"] = {"path": str(votes), "votes": vote_frame.height, "pairs": vote_frame["pair_id"].n_unique()}
+    return (pairs, table("comparisons"), vote_frame, sft, st.read_text(v.ref, "README.md"),
+            v.manifest.get("lineage"))
+
+
+def _version_shards(st, v, config: str):
+    """The Parquet shards of a version's table when it was written in several batches (a big import:
+    `<split>-<k>-of-<n>.parquet` with n > 1), else None."""
+    import re
+
+    from prefdata.checks.shards import Shards
+    from prefdata.data.store import CONFIG_DIRS
+
+    folder = CONFIG_DIRS[config] + "/"
+    files = sorted(rel for rel in v.manifest["files"] if rel.startswith(folder))
+    batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
+    if not any(found and int(found[1]) > 1 for found in batches):
+        return None
+    root = st._dir(v.name, v.version)
+    return Shards([f"{root}/{rel}" for rel in files], fs=None if st.local else st.fs)
+
+
+def _thin(shards, shape=None):
+    from prefdata.checks.batched import thin, thin_frame
+
+    return thin_frame(shards, shape or thin)
+
+
+def lost_at_read(result, votes: Path | None = None) -> pl.DataFrame:
+    """The rows an import left out (its quarantine), for the checks: `id` is the row's own id (`id`,
+    or `idx`) when it had one that no kept row uses, else FILE:ROW (the file's name and the row
+    number its quarantine entry gives; always so for --votes rows); `reason` is the quarantine's."""
+    kept = set(result.pairs["id"].to_list())
+    if result.comparisons is not None:
+        kept |= set(result.comparisons["id"].to_list())
+    votes_file = str(Path(votes)) if votes is not None else None
+    ids, reasons = [], []
+    for q in result.quarantine:
+        raw = q.get("raw")
+        own = raw.get("id", raw.get("idx")) if isinstance(raw, dict) and q["file"] != votes_file else None
+        own = None if own is None or str(own).strip() == "" or str(own) in kept else str(own)
+        ids.append(own or f"{Path(q['file']).name}:{q['row']}")
+        reasons.append(q["reason"])
+    return pl.DataFrame({"id": ids, "reason": reasons}, schema={"id": pl.String, "reason": pl.String})
+
+
+def _left_out(result, votes: Path | None) -> dict[str, dict[str, int]]:
+    """Quarantine reasons counted apart for the data rows and the --votes rows (the terminal notes)."""
+    votes_file = str(Path(votes)) if votes is not None else None
+    out: dict[str, dict[str, int]] = {"rows": {}, "votes": {}}
+    for q in result.quarantine:
+        counts = out["votes" if q["file"] == votes_file else "rows"]
+        counts[q["reason"]] = counts.get(q["reason"], 0) + 1
+    return out
+
+
+def plots_for(inputs, results) -> dict[str, Any]:
+    from prefdata.checks.structure import length_ratios
+
+    by_id = {r.id: r for r in results}
+    ratios = length_ratios(inputs.pairs).to_numpy()
+    plots: dict[str, Any] = {"length_ratios": ratios[ratios < float("inf")].tolist()}
+    if "length_ratio" in by_id:
+        plots["max_length_ratio"] = by_id["length_ratio"].details.get("max_ratio", 2.0)
+    if "agreement" in by_id and by_id["agreement"].details.get("majority_agreement"):
+        plots["annotator_agreement"] = by_id["agreement"].details["majority_agreement"]
+    if "agreement" in by_id and by_id["agreement"].details.get("annotators"):
+        plots["annotator_quality"] = {a["annotator"]: a["quality"] for a in by_id["agreement"].details["annotators"]}
+    if "category_coverage" in by_id and by_id["category_coverage"].details.get("share"):
+        plots["category_shares"] = {k: v for k, v in by_id["category_coverage"].details["share"].items() if k != "other"}
+        plots["min_category_share"] = by_id["category_coverage"].threshold
+    plots["gx_docs"] = inputs.docs_dir is not None and (inputs.docs_dir / "index.html").exists()
+    return plots
+
+
+def _example_pairs(inputs, results):
+    """The pairs report.html shows rows of: the checked frame, or for a batched run (whose frame has
+    no responses) the rows the report shows, read back from the shards."""
+    if inputs.shards is None:
+        return inputs.pairs
+    from prefdata.gate.report import PAIR_FIELDS, example_ids
+
+    wanted = pl.Series(sorted(example_ids(results)), dtype=pl.String).implode()
+    rows = inputs.pairs.select(pl.arg_where(pl.col("id").cast(pl.String).is_in(wanted))).to_series().to_numpy()
+    return inputs.shards.gather(rows, ["id", *PAIR_FIELDS])
+
+
+def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir: Path | None = None,
+             title: str = "prefdata checklist") -> GateOutcome:
+    from prefdata.checks.checklist import gate, run_checklist, strictly
+    from prefdata.gate.report import report_json, write_reports
+
+    results = run_checklist(inputs, config)
+    if strict or config.get("strict"):
+        results = strictly(results)
+    passed = gate(results)
+    report = report_json(results, passed, report_dir)  # names the complete offending lists written below
+    written = (write_reports(results, report_dir, plots_for(inputs, results), title,
+                             pairs=_example_pairs(inputs, results))
+               if report_dir else {})  # the pairs: report.html shows failing checks' example pairs
+    return GateOutcome(passed, results, report, written)

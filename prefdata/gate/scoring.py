@@ -1,0 +1,192 @@
+"""Independent scorers for the label-direction check (checklist item 8).
+
+A scorer spec (prefdata.base.specs: the syntax `collect --judge` uses too) names where verdicts come from:
+  verdicts:FILE   a judge's verdicts already made: `id` (or idx, pair_id) and a verdict column
+                  (verdict, preferred, gpt_result, pandalm_result, label, winner, vote) holding
+                  chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
+  rm:PATH         a sequence-classification reward model (transformers from_pretrained path or name),
+                  each side scored as prompt + response + eos (prefdata/models/reward.py)
+  lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
+  llm:MODEL@URL   an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.collect.judging);
+  llm:PATH        the same judge in this process (`judge:MODEL@URL`, the old spelling, still works)
+  rule:mod:func   a verifier (prompt, completion) -> bool | float scores each side; world is the demo's
+
+Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
+checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from prefdata.base.errors import UnusableInput
+from prefdata.data.formats import RowRejected, parse_vote
+from prefdata.data.readers import read_rows
+from prefdata.base.specs import Spec
+
+ID_COLUMNS = ("id", "idx", "pair_id")
+VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "label", "winner", "vote", "result")
+SCORER_KINDS = ("verdicts", "rm", "lm", "llm", "rule")
+
+
+def parse_spec(spec: str, notice: Callable[[str], None] | None = None) -> Spec:
+    from prefdata.base.specs import parse_spec as parse
+
+    return parse(spec, SCORER_KINDS, "--scorer", notice)
+
+
+def check_spec(spec: str) -> Spec:
+    """parse_spec, plus what can be told before any work is done (exit 2): a verdicts file, a local
+    model folder or a verifier that is not there. A hub name (`org/name`) is left for loading to judge."""
+    from prefdata.models.loading import is_gguf
+
+    parsed = parse_spec(spec)
+    target = parsed.target
+    path = Path(target).expanduser()
+    if parsed.kind == "verdicts" and not path.is_file():
+        raise UnusableInput(f"--scorer {spec}: no verdicts file {target}")
+    if parsed.kind == "rule":
+        from prefdata.base.targets import load_target
+
+        load_target(target, "--scorer verifier")
+    local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1 or is_gguf(target)
+    is_model = (path / "config.json").is_file() or (is_gguf(target) and path.is_file())
+    if parsed.kind in ("rm", "lm") or (parsed.kind == "llm" and parsed.base_url is None):
+        if local and not is_model:
+            raise UnusableInput(f"--scorer {spec}: {target} is not a model folder (no config.json there) "
+                                "or .gguf file")
+    return parsed
+
+
+def _to_preferred(value, label: str | None) -> str | None:
+    text = str(value).strip().lower() if value is not None else ""
+    if text in ("chosen", "rejected"):
+        return text
+    try:
+        vote = parse_vote(value)
+    except RowRejected:
+        return None  # an unparseable judge reply is undecided
+    if vote is None or vote == "tie":
+        return vote
+    if label is None:  # plain pairs: "a" names the first side, chosen
+        return "chosen" if vote == "a" else "rejected"
+    return "chosen" if vote == label else "rejected"
+
+
+def verdicts_from_file(path: str | Path, comparisons: pl.DataFrame | None = None) -> pl.DataFrame:
+    rows = [r.data for r in read_rows(Path(path)) if r.data is not None]
+    if not rows:
+        raise UnusableInput(f"{path}: no readable verdict rows")
+    columns = set(rows[0])
+    id_col = next((c for c in ID_COLUMNS if c in columns), None)
+    verdict_col = next((c for c in VERDICT_COLUMNS if c in columns), None)
+    if id_col is None or verdict_col is None:
+        raise UnusableInput(f"{path}: a verdicts file needs an id column ({'/'.join(ID_COLUMNS)}) and a verdict "
+                            f"column ({'/'.join(VERDICT_COLUMNS)}); it has {', '.join(sorted(columns))}")
+    labels = {} if comparisons is None else dict(comparisons.select("id", "label").iter_rows())
+    ids = [str(r.get(id_col)) for r in rows]
+    preferred = [_to_preferred(r.get(verdict_col), labels.get(i)) for i, r in zip(ids, rows)]
+    return pl.DataFrame({"id": ids, "preferred": preferred}, schema={"id": pl.String, "preferred": pl.String})
+
+
+def _sample(pairs: pl.DataFrame, sample_size: int, seed: int) -> pl.DataFrame:
+    return pairs if pairs.height <= sample_size else pairs.sample(sample_size, seed=seed)
+
+
+def _from_scores(ids: list[str], chosen, rejected, tie_margin: float) -> pl.DataFrame:
+    preferred = ["tie" if abs(c - r) <= tie_margin else ("chosen" if c > r else "rejected") for c, r in zip(chosen, rejected)]
+    return pl.DataFrame({"id": ids, "preferred": preferred, "score_chosen": chosen, "score_rejected": rejected})
+
+
+def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
+                          batch_size: int = 16, tie_margin: float = 0.0) -> pl.DataFrame:
+    """Each side scored by the reward model as TRL trained it (prefdata/models/reward.py)."""
+    from prefdata.models.reward import RewardModelScorer
+
+    score = RewardModelScorer(path, batch_size=batch_size)
+    sample = _sample(pairs, sample_size, seed)
+    prompts = sample["prompt"].to_list()
+    return _from_scores(sample["id"].to_list(), score(prompts, sample["chosen"].to_list()),
+                        score(prompts, sample["rejected"].to_list()), tie_margin)
+
+
+def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
+                            batch_size: int = 8, tie_margin: float = 0.0) -> pl.DataFrame:
+    """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference."""
+    import torch
+
+    from prefdata.models.loading import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(path)
+    model = load_causal_lm(path).eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    sample = _sample(pairs, sample_size, seed)
+
+    @torch.no_grad()
+    def score(responses: list[str]) -> list[float]:
+        out = []
+        prompts = sample["prompt"].to_list()
+        for start in range(0, len(responses), batch_size):
+            seqs, starts = [], []
+            for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size]):
+                p_ids = tokenizer(p, add_special_tokens=True)["input_ids"]
+                r_ids = tokenizer(r, add_special_tokens=False)["input_ids"] or [pad]
+                seqs.append(p_ids + r_ids)
+                starts.append(len(p_ids))
+            width = max(map(len, seqs))
+            ids = torch.full((len(seqs), width), pad)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
+            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
+            token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+            positions = torch.arange(1, width)[None, :]
+            in_response = (positions >= torch.tensor(starts)[:, None]) & mask[:, 1:].bool()
+            out += ((token_logp * in_response).sum(1) / in_response.sum(1).clamp(min=1)).tolist()
+        return out
+
+    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
+
+
+def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """An LLM judge (served, or in process without a base_url) on a sample, chosen shown as A (the judge
+    sees both orders, so that is fair); undecided verdicts (inconsistent across orders, unparseable,
+    failed) stay undecided."""
+    from prefdata.collect.judging import PairToJudge, PairwiseLLMJudge
+
+    sample = _sample(pairs, sample_size, seed)
+    items = [PairToJudge(p, c, r, pair_id=i) for i, p, c, r in sample.select("id", "prompt", "chosen", "rejected").iter_rows()]
+    verdicts = PairwiseLLMJudge(spec.base_url, spec.target, spec.template or "pairwise-v1").judge(items)
+    preferred = [{"a": "chosen", "b": "rejected", "tie": "tie"}.get(v.label) for v in verdicts]
+    return pl.DataFrame({"id": [v.pair_id for v in verdicts], "preferred": preferred},
+                        schema={"id": pl.String, "preferred": pl.String})
+
+
+def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie."""
+    from prefdata.base.targets import load_target
+
+    verify = load_target(target, "--scorer verifier")
+    sample = _sample(pairs, sample_size, seed)
+    prompts = sample["prompt"].to_list()
+    chosen = [float(verify(p, c)) for p, c in zip(prompts, sample["chosen"].to_list())]
+    rejected = [float(verify(p, r)) for p, r in zip(prompts, sample["rejected"].to_list())]
+    return _from_scores(sample["id"].to_list(), chosen, rejected, 0.0)
+
+
+def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:
+    # notices were printed when the command checked the spec (check_spec): not once per shard here
+    parsed = parse_spec(spec, notice=lambda _message: None)
+    if parsed.kind == "verdicts":
+        return verdicts_from_file(parsed.target, comparisons)
+    if parsed.kind == "rm":
+        return reward_model_verdicts(parsed.target, pairs, sample_size)
+    if parsed.kind == "llm":
+        return judge_verdicts(parsed, pairs, sample_size)
+    if parsed.kind == "rule":
+        return rule_verdicts(parsed.target, pairs, sample_size)
+    return policy_logprob_verdicts(parsed.target, pairs, sample_size)

@@ -1,0 +1,11 @@
+"""The model layer: where a model path becomes a loaded model, and what a model computes.
+
+    loading     tokenizers, causal LMs, reward models and configs from a folder, a hub name or a
+                .gguf file (converted once into a cached folder); `prefdata model import-gguf`
+    reward      a reward model's score of prompt + response, rendered as TRL's RewardTrainer trains
+    logprobs    sequence log-probabilities of responses under a causal LM
+
+`from_pretrained` is called here and nowhere else (but the demo world's builder and tests).
+
+May import: prefdata.base.
+"""
