@@ -9,6 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The defaults `prefdata collect` shares with the collect flow, chosen here for both: what the demo
+# world needs (a few short answers) and what a real model needs. tests/test_options.py holds every
+# command-line default equal to its field's here.
+WORLD = "world"         # the demo world: its prompts (Prompts.source), its SFT model (Policy.model)
+WORLD_PROMPTS = 16      # prompts drawn from the world when n is not given (a file gives all of its own)
+MAX_NEW_TOKENS = 256    # a candidate's most tokens when max_new_tokens is not given
+WORLD_MAX_NEW_TOKENS = 6  # the same for the world's SFT model: its answers are four digits and an end
+
 
 class _Params(BaseModel):
     # extra="forbid": a misspelt key in prefect.yaml or the UI is an error, not silently ignored.
@@ -16,14 +24,23 @@ class _Params(BaseModel):
 
 
 class Prompts(_Params):
-    source: str = Field("world", description='"world": fresh arithmetic prompts from the demo world (never an eval '
-                                             'prompt); or a file: .txt (one prompt a line) or a table with a prompt column.')
-    n: int | None = Field(16, ge=1, description="How many prompts: the world draws n; a file gives its first n (None: all).")
+    source: str = Field(WORLD, description='"world": fresh arithmetic prompts from the demo world (never an eval '
+                                           'prompt); or a file: .txt (one prompt a line) or a table with a prompt column.')
+    n: int | None = Field(None, ge=1, description=f"How many prompts: a file gives its first n (None: all); the world "
+                                                  f"draws n (None: {WORLD_PROMPTS}).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _world_n(cls, data: Any) -> Any:
+        """n not given: the world draws WORLD_PROMPTS (a file's None stays: all of it)."""
+        if isinstance(data, dict) and data.get("n") is None and data.get("source", WORLD) == WORLD:
+            return {**data, "n": WORLD_PROMPTS}
+        return data
 
 
 class Policy(_Params):
-    model: str = Field("world", description='"world" (the demo world\'s SFT model), a local checkpoint folder, or the '
-                                            "model name a server knows (with base_url).")
+    model: str = Field(WORLD, description='"world" (the demo world\'s SFT model), a local checkpoint folder, or the '
+                                          "model name a server knows (with base_url).")
     base_url: str | None = Field(None, description="An OpenAI-compatible server (vLLM, TGI, transformers serve) to "
                                                    "sample from; None samples in process with transformers.")
     api_key_env: str | None = Field(None, description="Environment variable holding the server's API key.")
@@ -35,11 +52,22 @@ class Policy(_Params):
                                                       "probability reaches top_p; 1 is off.")
     top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 is off (transformers would "
                                             "otherwise apply its own top_k=50).")
-    max_new_tokens: int = Field(8, ge=1, description="Longest candidate, in tokens.")
+    max_new_tokens: int | None = Field(None, ge=1, description=f"Longest candidate, in tokens; None: {MAX_NEW_TOKENS}, "
+                                                               f"or {WORLD_MAX_NEW_TOKENS} for the world's SFT model "
+                                                               "(its answers are four digits and an end).")
     seed: int = Field(0, description="Seed of the run: each chunk samples with a seed drawn from it and its "
                                      "prompts, and random pairing draws from it, so a rerun gives the same candidates.")
     chunk_size: int = Field(8, ge=1, description="Prompts per sampling task: the unit of caching, resuming and fan-out.")
     requests_in_flight: int = Field(4, ge=1, description="Concurrent requests per sampling task (servers only).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_new_tokens(cls, data: Any) -> Any:
+        """max_new_tokens not given: the one rule of the flow, `prefdata collect` and the deployments."""
+        if isinstance(data, dict) and data.get("max_new_tokens") is None:
+            world = data.get("model", WORLD) == WORLD and not data.get("base_url")
+            return {**data, "max_new_tokens": WORLD_MAX_NEW_TOKENS if world else MAX_NEW_TOKENS}
+        return data
 
 
 class Judge(_Params):
@@ -171,13 +199,21 @@ class Engine(_Params):
 
 
 class Checks(_Params):
-    config: str | None = Field(None, description="Checklist YAML (thresholds, waivers); None: checks/checklist.yaml.")
-    strict: bool = Field(False, description="A check that cannot run fails the gate.")
-    report_dir: str | None = Field(None, description="Reports folder; None: .prefdata/reports/<name>-<version>.")
-    scorer: str | None = Field(None, description="Independent scorer for label_direction (rm:, lm:, llm:, rule:, "
-                                                     "verdicts:; prefdata.base.specs).")
+    # The checklist's options: `prefdata check`, `publish` and `filter` show these same defaults and
+    # help texts (prefdata/commands/cli.py CheckOpts; tests/test_options.py holds them equal), and
+    # the publishing functions take the same names (prefdata.gate.publishing.validate_version).
+    config: str | None = Field(None, description="Checklist YAML (thresholds, waivers), or small-data (the shipped "
+                                                 "preset for smoke runs on a few dozen pairs); default: "
+                                                 "checks/checklist.yaml.")
+    strict: bool = Field(False, description="A check that cannot run (skip) fails the gate.")
+    report_dir: str | None = Field(None, description="Write report.md, junit.xml, report.html and GX Data Docs here "
+                                                     "(default: .prefdata/reports/NAME-VERSION).")
+    scorer: str | None = Field(None, description="Independent scorer for label_direction: rm:PATH, lm:PATH, "
+                                                 "llm:MODEL@URL or llm:PATH (an LLM judge, served or in process), "
+                                                 "rule:module:function, world or verdicts:FILE.")
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
-    reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution.")
+    reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution: .txt (one "
+                                                            "per line) or a table with a prompt column.")
 
 
 class Training(_Params):

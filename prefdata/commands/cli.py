@@ -24,6 +24,11 @@ app = typer.Typer(
 )
 _state = {"verbose": False}
 
+# Defaults that live in modules too heavy to import for `prefdata --help` (polars), written out here;
+# tests/test_options.py holds each equal to its source.
+BATCH_ROWS = 1_000_000  # prefdata.data.columnar.BATCH_ROWS
+MAX_TEXT_BYTES = 1 << 20  # prefdata.data.importer.DEFAULT_MAX_TEXT_BYTES
+
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")]
 
 
@@ -50,11 +55,11 @@ def import_cmd(
     out: Annotated[Optional[Path], typer.Option(help="Write normalised rows to this .jsonl or .parquet file.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
     card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
-    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = 1 << 20,
+    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = MAX_TEXT_BYTES,
     aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
                                                 "(weighted by each annotator's estimated quality).")] = "majority",
     batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet file of more rows than this goes into the "
-                                                 "store this many rows at a time (bounds memory).", min=1)] = 1_000_000,
+                                                 "store this many rows at a time (bounds memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
@@ -219,13 +224,20 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
     return 0
 
 
+# The checklist's options of check, filter and publish: the fields of the flows' Checks
+# (prefdata/flows/params.py), with their descriptions as help, written out here because importing
+# those pydantic models would triple `prefdata --help`'s time; tests/test_options.py holds every
+# name, default and help text equal to the field's.
 CheckOpts = {
-    "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke runs on a few dozen pairs); defaults: checks/checklist.yaml."),
+    "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke "
+                                "runs on a few dozen pairs); default: checks/checklist.yaml."),
     "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
-    "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here."),
+    "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here "
+                                    "(default: .prefdata/reports/NAME-VERSION)."),
     "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, llm:MODEL@URL or llm:PATH "
                                 "(an LLM judge, served or in process), rule:module:function, world or verdicts:FILE."),
-    "reference_prompts": typer.Option(help="Production prompts: .txt (one per line) or a table with a prompt column."),
+    "reference_prompts": typer.Option(help="Production prompts for prompt_distribution: .txt (one per line) or a "
+                                           "table with a prompt column."),
     "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
 }
 
@@ -288,7 +300,8 @@ def check(
     card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
     config: Annotated[Optional[Path], CheckOpts["config"]] = None,
     strict: Annotated[bool, CheckOpts["strict"]] = False,
-    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
+    report_dir: Annotated[Optional[Path], typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs "
+                                                            "here (default: none are written).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
     scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
     tokenizer: Annotated[Optional[str], typer.Option(help="The trainer's model folder: template_fit renders every pair with its tokenizer.")] = None,
@@ -296,7 +309,7 @@ def check(
     list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
     batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
-                                                 "at a time, from temporary shards (bounds memory).", min=1)] = 1_000_000,
+                                                 "at a time, from temporary shards (bounds memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
 ) -> int:
     """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""

@@ -21,7 +21,6 @@ from prefdata.base.errors import UnusableInput
 
 JUDGE_KINDS = ("llm", "rm", "rule")  # prefdata.base.specs: the one syntax of judges and scorers
 WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
-WORLD_MAX_NEW_TOKENS = 6  # the world's answers are four digits and an end: what `prefdata demo` samples
 # Below this share of decided pairs, the run says what a weak judge means (the rest went to humans).
 WEAK_JUDGE_SHARE = 0.2
 
@@ -34,9 +33,10 @@ def judge_params(spec: str) -> dict[str, Any]:
     parsed = parse_spec(spec, JUDGE_KINDS, "--judge")
     if parsed.kind == "llm":
         from prefdata.collect.judging import Template
+        from prefdata.flows.params import Judge
         from prefdata.models.loading import is_gguf
 
-        template = parsed.template or "pairwise-v1"
+        template = parsed.template or Judge.model_fields["template"].default
         Template.load(template)  # an unknown template: one line naming the known ones
         if parsed.base_url:
             return {"kind": "llm", "model": parsed.target, "base_url": parsed.base_url, "template": template}
@@ -77,7 +77,7 @@ def policy_params(policy: str, model: str | None) -> dict[str, Any]:
 
 def collect_command(
     prompts: Annotated[str, typer.Option(help="Prompts: .txt (one a line), a table with a prompt column, or world "
-                                              "(fresh prompts from the demo world; --n of them, default 16).")],
+                                              "(fresh prompts from the demo world, --n of them).")],
     policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
                                              "(the demo world's SFT model).")],
     judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
@@ -89,7 +89,8 @@ def collect_command(
                                                 "dawid-skene (each annotator weighed by its estimated quality).")]
     = "majority",
     model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
-    n: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all).", min=1)] = None,
+    n: Annotated[Optional[int], typer.Option(help="How many prompts: a file's first N (default: all), or N drawn "
+                                                  "from the world (default: 16).", min=1)] = None,
     candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Tokens per candidate (default: 256; 6 for --policy "
                                                                 "world, whose answers are four digits).", min=1)] = None,
@@ -133,10 +134,6 @@ def collect_command(
         judge_fields.update(max_tokens=judge_max_tokens, timeout_s=judge_timeout)
     elif judge_template is not None:
         raise UnusableInput(f"--judge-template is for llm judges; --judge {judge} has no template")
-    if max_new_tokens is None:
-        max_new_tokens = WORLD_MAX_NEW_TOKENS if policy == WORLD else 256
-    if prompts == WORLD and n is None:
-        n = 16
     # as the demo does: Prefect's ephemeral server may need more than 20 s on two busy cores, and its
     # per-task INFO lines would bury the stage lines below
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

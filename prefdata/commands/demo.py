@@ -256,7 +256,7 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
     its result and who answered the human queue."""
     from prefdata.flows.collect import collect
     from prefdata.flows.collect import STAGES
-    from prefdata.flows.params import Engine, Judge, Policy, Routing
+    from prefdata.flows.params import WORLD_MAX_NEW_TOKENS, Engine, Judge, Policy, Routing
     from prefdata.flows.progress import followed
     from prefdata.collect.local_serve import TransformersServe
     from prefdata.base.progress import display
@@ -274,7 +274,8 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
             shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
             with followed(shown, display(shown)):
                 collected = collect(name=config.name, prompts=prompts,
-                                    policy=Policy(model=policy, candidates=config.candidates, max_new_tokens=6),
+                                    policy=Policy(model=policy, candidates=config.candidates,
+                                                  max_new_tokens=WORLD_MAX_NEW_TOKENS),
                                     judge=judge, routing=Routing(audit_share=config.audit_share), humans=humans,
                                     engine=Engine(cache_dir=str(out_dir / "cache")),
                                     guidelines=config.guidelines, store=str(out_dir / "store"), parent=parent)
