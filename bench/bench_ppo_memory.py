@@ -138,6 +138,7 @@ def run_separate(root: Path, config) -> list[float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from prefdata.trainers import ppo_math as pm
+    from prefdata.models.logprobs import logprobs_from_logits
     from prefdata.trainers.ppo import RewardModelScorer, forward_response, response_mask
 
     device = torch.device("cpu")
@@ -180,7 +181,7 @@ def run_separate(root: Path, config) -> list[float]:
             _, values = forward_response(critic, head, gen, attn, width, config.temperature)
             comps = tok.batch_decode(resp, skip_special_tokens=True)
             scores = torch.tensor(reward(ps, comps))
-        logp, ref_logp = pm.logprobs_from_logits(logits, resp), pm.logprobs_from_logits(ref_logits, resp)
+        logp, ref_logp = logprobs_from_logits(logits, resp), logprobs_from_logits(ref_logits, resp)
         kl = pm.per_token_kl(logp, ref_logp) * mask
         adv, ret = pm.gae(pm.kl_shaped_rewards(scores, kl, mask, config.init_kl_coef), values * mask, mask,
                           config.gamma, config.lam)
@@ -190,7 +191,7 @@ def run_separate(root: Path, config) -> list[float]:
             for rows in torch.randperm(len(ps)).split(config.mini_batch_size):
                 lg, _ = forward_response(policy, head, gen[rows], attn[rows], width, config.temperature, with_values=False)
                 _, v = forward_response(critic, head, gen[rows], attn[rows], width, config.temperature)
-                pg, _, _ = pm.clipped_policy_loss(pm.logprobs_from_logits(lg, resp[rows]), logp[rows], adv[rows],
+                pg, _, _ = pm.clipped_policy_loss(logprobs_from_logits(lg, resp[rows]), logp[rows], adv[rows],
                                                   mask[rows], config.clip_range)
                 vf, _ = pm.clipped_value_loss(v, values[rows], ret[rows], mask[rows], config.clip_range_value)
                 (pg + config.vf_coef * vf).backward()

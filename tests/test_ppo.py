@@ -338,7 +338,8 @@ def test_rollout_scores_a_minibatch_at_a_time_on_response_positions_only(world, 
     whole batch and its prompts are ever held (with a real vocabulary they dwarf the model); the numbers
     are those of one pass over the whole batch."""
     from prefdata.trainers.ppo import rollout
-    from prefdata.trainers.ppo_math import logprobs_from_logits, per_token_kl
+    from prefdata.models.logprobs import logprobs_from_logits
+    from prefdata.trainers.ppo_math import per_token_kl
 
     config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=2)
     torch.manual_seed(0)
@@ -418,8 +419,9 @@ def test_the_update_is_the_textbook_minibatch_step(world, prompts, sft, ent_coef
     the same metrics and the same weights after the step, so the memory work changes no maths (with the
     entropy bonus on, and off, when the entropy is only a metric)."""
     from prefdata.trainers.ppo import _sft_stream, ppo_update
+    from prefdata.models.logprobs import logprobs_from_logits
     from prefdata.trainers.ppo_math import (
-        clipped_policy_loss, clipped_value_loss, entropy_from_logits, logprobs_from_logits, masked_mean, ptx_loss,
+        clipped_policy_loss, clipped_value_loss, entropy_from_logits, masked_mean, ptx_loss,
     )
 
     config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=8, ppo_epochs=1, sft_ratio=0.5, ent_coef=ent_coef)

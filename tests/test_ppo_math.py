@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from prefdata.models.logprobs import logprobs_from_logits
 from prefdata.trainers.ppo_math import (
     AdaptiveKLController,
     FixedKLController,
@@ -20,7 +21,6 @@ from prefdata.trainers.ppo_math import (
     kl_k3,
     kl_shaped_rewards,
     last_token_index,
-    logprobs_from_logits,
     masked_mean,
     masked_whiten,
     per_token_kl,

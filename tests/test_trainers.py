@@ -511,7 +511,7 @@ def test_dpo_loss_matches_the_formula_on_the_same_batch(world, loss_type):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from prefdata.trainers.common import lm_batch
+    from prefdata.models.logprobs import lm_batch
 
     tok = AutoTokenizer.from_pretrained(world.sft)
     policy = AutoModelForCausalLM.from_pretrained(world.sft)

@@ -413,53 +413,26 @@ def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | Non
     return load_target(spec, what="evaluator")
 
 
-def _completion_logps(model, tokenizer, examples: list[tuple[str, str]], batch_size: int = 32):
-    """Per batch: (token log-probs of each completion given its prompt, the mask of completion tokens)."""
-    import torch
-
-    model.eval()
-    with torch.inference_mode():
-        for lo in range(0, len(examples), batch_size):
-            batch = lm_batch(tokenizer, examples[lo:lo + batch_size], model.device)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-            labels = batch["labels"][:, 1:]
-            logps = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-            yield logps, labels != -100
-
-
 def sft_loss(model, tokenizer, examples: list[tuple[str, str]]) -> float:
-    """Mean next-token loss of the completions given their prompts: the held-out SFT loss."""
+    """Mean next-token loss of the completions (+ eos) given their prompts: the held-out SFT loss."""
+    from prefdata.models.logprobs import completion_logprobs
+
     total, count = 0.0, 0
-    for logps, mask in _completion_logps(model, tokenizer, examples):
+    for logps, mask in completion_logprobs(model, tokenizer, examples):
         total -= (logps * mask).sum().item()
         count += int(mask.sum())
     return total / max(count, 1)
 
 
-def lm_batch(tokenizer, examples: list[tuple[str, str]], device) -> dict:
-    """prompt+completion+eos, right-padded, labels -100 on the prompt and the padding."""
-    import torch
-
-    rows = []
-    for prompt, completion in examples:
-        p = tokenizer(prompt)["input_ids"]
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append((p + c, [-100] * len(p) + c))
-    width = max(len(ids) for ids, _ in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows], device=device)
-    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows], device=device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r, _ in rows], device=device)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
 def preference_accuracy(model, tokenizer, pairs: list[dict[str, str]]) -> float | None:
     """Share of held-out pairs where the model gives the chosen completion a higher mean token log-prob
     than the rejected one (seed pitfall 3's sanity check; > 0.6 expected after training)."""
+    from prefdata.models.logprobs import mean_logprobs
+
     if not pairs:
         return None
-    chosen = _mean_logps(model, tokenizer, [(p["prompt"], p["chosen"]) for p in pairs])
-    rejected = _mean_logps(model, tokenizer, [(p["prompt"], p["rejected"]) for p in pairs])
+    chosen = mean_logprobs(model, tokenizer, [(p["prompt"], p["chosen"]) for p in pairs])
+    rejected = mean_logprobs(model, tokenizer, [(p["prompt"], p["rejected"]) for p in pairs])
     return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
 
 
@@ -493,14 +466,6 @@ def mean_response_length(model, tokenizer, prompts: list[str], max_new_tokens: i
     finally:
         tokenizer.padding_side = side
     return sum(lengths) / len(lengths)
-
-
-def _mean_logps(model, tokenizer, examples) -> list[float]:
-    """Each completion's mean token log-prob given its prompt."""
-    out: list[float] = []
-    for logps, mask in _completion_logps(model, tokenizer, examples):
-        out += ((logps * mask).sum(1) / mask.sum(1)).tolist()
-    return out
 
 
 def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) -> dict[str, float]:

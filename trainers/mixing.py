@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from prefdata.trainers.common import lm_batch
+from prefdata.models.logprobs import lm_batch
 
 
 class SFTMixer:

@@ -308,22 +308,6 @@ def forward_response(model, value_head, ids, attention_mask, prompt_width: int, 
     return logits, values
 
 
-def sft_tensors(tokenizer, examples: Sequence[tuple[str, str]], device):
-    """Right-padded (ids, mask, labels) for (prompt, completion) pairs; labels only on completion + EOS."""
-    import torch
-
-    prompts = tokenizer([p for p, _ in examples])["input_ids"]
-    completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
-    seqs = [p + c + [tokenizer.eos_token_id] for p, c in zip(prompts, completions)]
-    width = max(map(len, seqs))
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)
-    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
-    labels = torch.tensor([[-100] * len(p) + s[len(p):] + [-100] * (width - len(s)) for p, s in zip(prompts, seqs)],
-                          device=device)
-    return ids, mask, labels
-
-
 # --- one step ------------------------------------------------------------------------------------
 
 def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl_coef: float, config: PPOConfig,
@@ -371,7 +355,7 @@ def _rollout_scores(model, value_head, ids, attn, response, width: int, config: 
     (with a real vocabulary they outweigh the model); the numbers are those of one whole-batch pass."""
     import torch
 
-    from prefdata.trainers.ppo_math import logprobs_from_logits
+    from prefdata.models.logprobs import logprobs_from_logits
 
     parts = []
     with torch.no_grad():
@@ -394,8 +378,9 @@ def ppo_update(model, value_head, optimizer, batch: dict, config: PPOConfig, sft
     """`ppo_epochs` passes of minibatch updates on one rollout batch; returns mean losses."""
     import torch
 
+    from prefdata.models.logprobs import logprobs_from_logits
     from prefdata.trainers.ppo_math import (
-        clipped_policy_loss, clipped_value_loss, entropy_from_logits, logprobs_from_logits, masked_mean, ptx_loss,
+        clipped_policy_loss, clipped_value_loss, entropy_from_logits, masked_mean, ptx_loss,
     )
 
     model.train()
@@ -447,7 +432,9 @@ def ppo_update(model, value_head, optimizer, batch: dict, config: PPOConfig, sft
 
 
 def _sft_stream(tokenizer, examples: Sequence[tuple[str, str]] | None, per_batch: int, seed: int, device):
-    """Endless SFT minibatches of `per_batch` examples (reshuffled each pass), or nothing."""
+    """Endless SFT minibatches (ids, mask, labels) of `per_batch` examples (reshuffled each pass), or nothing."""
+    from prefdata.models.logprobs import lm_batch
+
     if not examples or per_batch == 0:
         return
     rng = random.Random(seed)
@@ -458,7 +445,8 @@ def _sft_stream(tokenizer, examples: Sequence[tuple[str, str]] | None, per_batch
             rng.shuffle(extra)
             order += extra
         chunk, order = order[:per_batch], order[per_batch:]
-        yield sft_tensors(tokenizer, [examples[i] for i in chunk], device)
+        batch = lm_batch(tokenizer, [examples[i] for i in chunk], device)  # prompt + completion + eos
+        yield batch["input_ids"], batch["attention_mask"], batch["labels"]
 
 
 def _prompt_batches(prompts: list[str], batch_size: int, seed: int):

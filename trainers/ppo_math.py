@@ -1,4 +1,5 @@
-"""PPO's math as small pure torch functions: no model, no config, no I/O.
+"""PPO's math as small pure torch functions: no model, no config, no I/O. The log-probabilities
+they take are prefdata.models.logprobs' (`logprobs_from_logits`), the one implementation.
 
 Shapes: B sequences, T response tokens; `mask` is 1.0 on scored response tokens, 0.0 on padding.
 Conventions follow the first seed (rlhf-from-scratch) and Ziegler et al. 2019 / Ouyang et al.
@@ -46,11 +47,6 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     if not shift_mean:
         white = white + mean
     return white * mask
-
-
-def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[token]: the log-probability of each taken token, [B, T, V] -> [B, T]."""
-    return torch.gather(F.log_softmax(logits.float(), dim=-1), -1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

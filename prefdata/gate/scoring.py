@@ -115,39 +115,18 @@ def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500
 
 def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
                             batch_size: int = 8, tie_margin: float = 0.0) -> pl.DataFrame:
-    """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference."""
-    import torch
-
+    """Mean per-token log p(response | prompt) under a causal LM: the policy's own preference. The
+    response is scored as written, without an eos (prefdata/models/logprobs.py)."""
     from prefdata.models.loading import load_causal_lm, load_tokenizer
+    from prefdata.models.logprobs import mean_logprobs
 
     tokenizer = load_tokenizer(path)
-    model = load_causal_lm(path).eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    model = load_causal_lm(path)
     sample = _sample(pairs, sample_size, seed)
+    prompts = sample["prompt"].to_list()
 
-    @torch.no_grad()
     def score(responses: list[str]) -> list[float]:
-        out = []
-        prompts = sample["prompt"].to_list()
-        for start in range(0, len(responses), batch_size):
-            seqs, starts = [], []
-            for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size]):
-                p_ids = tokenizer(p, add_special_tokens=True)["input_ids"]
-                r_ids = tokenizer(r, add_special_tokens=False)["input_ids"] or [pad]
-                seqs.append(p_ids + r_ids)
-                starts.append(len(p_ids))
-            width = max(map(len, seqs))
-            ids = torch.full((len(seqs), width), pad)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for i, s in enumerate(seqs):
-                ids[i, : len(s)] = torch.tensor(s)
-                mask[i, : len(s)] = 1
-            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
-            token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-            positions = torch.arange(1, width)[None, :]
-            in_response = (positions >= torch.tensor(starts)[:, None]) & mask[:, 1:].bool()
-            out += ((token_logp * in_response).sum(1) / in_response.sum(1).clamp(min=1)).tolist()
-        return out
+        return mean_logprobs(model, tokenizer, list(zip(prompts, responses)), batch_size, eos=False)
 
     return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
 
