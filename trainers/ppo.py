@@ -8,7 +8,8 @@ One base causal LM is loaded once and plays three of PPO's four roles:
     reward     a Python callable (a rule verifier), or a reward model folder: when `prefdata train
                rm` trained it with LoRA on the same base, its adapter is loaded as a second adapter
                ("reward") on this base, with its score head (RewardAdapterScorer: no second copy);
-               otherwise it loads once as its own frozen model (RewardModelScorer)
+               otherwise it loads once as its own frozen model (RewardModelScorer). Both are
+               prefdata.models.reward's, which renders and scores every reward model the same way
 
 A step: sample completions for a batch of prompts (left-padded, `generate` with sampling); score
 them; per-token KL to the reference becomes a penalty on every response token, the score lands on
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from prefdata.models.reward import RewardModelScorer, reward_text
+from prefdata.models.reward import REWARD_ADAPTER, RewardAdapterScorer, RewardModelScorer, reward_adapter_dir
 from prefdata.trainers.guards import GuardTripped
 
 Reward = Callable[[list[str], list[str]], list[float]]
@@ -103,109 +104,9 @@ class PPOConfig:
 
 # --- the reward ----------------------------------------------------------------------------------
 
-REWARD_ADAPTER = "reward"  # the reward model's LoRA adapter on the policy's base (the policy's is "default")
-
-
-def _same_model(a: str | Path, b: str | Path) -> bool:
-    """Two from_pretrained names for the same weights: the same resolved folder, or the same hub id."""
-    pa, pb = Path(a).expanduser(), Path(b).expanduser()
-    if pa.exists() and pb.exists():
-        return pa.resolve() == pb.resolve()
-    return str(a) == str(b)
-
-
-def reward_adapter_dir(path: str | Path, base_model: str | Path) -> Path | None:
-    """The LoRA adapter of a reward model folder written by `prefdata train rm` (DIR/adapter), when it was
-    trained on `base_model` (the base its adapter_config.json names): then it can ride on the policy's
-    base. None for a folder without one (use_lora off, a model from elsewhere) or on another base."""
-    adapter = Path(path) / "adapter"
-    config = adapter / "adapter_config.json"
-    if not config.is_file():
-        return None
-    info = json.loads(config.read_text(encoding="utf-8"))
-    if info.get("peft_type") != "LORA" or not info.get("base_model_name_or_path"):
-        return None
-    return adapter if _same_model(info["base_model_name_or_path"], base_model) else None
-
-
-class RewardAdapterScorer:
-    """The reward model as a second LoRA adapter on the policy's own base (seed 000's design): the
-    adapter's LoRA weights go in as adapter "reward", its score head (saved with the adapter, TRL's
-    RewardTrainer trains it as modules_to_save) as a frozen linear layer. Scoring switches the base to
-    that adapter, reads the backbone's last hidden state at the last non-pad token (as the sequence-
-    classification model does) and switches back; the weights are those of the merged reward model, so
-    the scores are RewardModelScorer's, without a second copy of the base in memory."""
-
-    def __init__(self, model, path: str | Path, adapter: Path, batch_size: int = 64):
-        import torch
-        from peft import LoraConfig, set_peft_model_state_dict
-        from safetensors.torch import load_file
-        from prefdata.models.loading import load_config, load_tokenizer
-
-        saved = LoraConfig.from_pretrained(adapter)
-        state = load_file(adapter / "adapter_model.safetensors")
-        head = [k for k in state if k.endswith("score.weight")]
-        if len(head) != 1:
-            raise ValueError(f"reward adapter {adapter}: no single score head in adapter_model.safetensors ({head})")
-        score = state.pop(head[0]).float()
-        state.pop(head[0].replace(".weight", ".bias"), None)  # Llama's score has no bias; others may
-        # The same LoRA shape on the causal LM: its layers carry the same module names as the classifier's.
-        model.add_adapter(REWARD_ADAPTER, LoraConfig(r=saved.r, lora_alpha=saved.lora_alpha, lora_dropout=0.0,
-                                                     target_modules=saved.target_modules, use_rslora=saved.use_rslora,
-                                                     task_type="CAUSAL_LM"))
-        loaded = set_peft_model_state_dict(model, state, adapter_name=REWARD_ADAPTER)
-        missing = [k for k in loaded.missing_keys if f".{REWARD_ADAPTER}." in k]
-        if loaded.unexpected_keys or missing:
-            raise ValueError(f"reward adapter {adapter} does not fit the policy's base: "
-                             f"unexpected {loaded.unexpected_keys[:3]}, missing {missing[:3]}")
-        self._freeze(model)
-        device = next(model.parameters()).device
-        self.head = torch.nn.Linear(score.shape[1], score.shape[0], bias=False).to(device).requires_grad_(False)
-        self.head.weight.data.copy_(score.to(device))
-        self.tokenizer = load_tokenizer(path)
-        self.tokenizer.padding_side = "right"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        pad = load_config(path).pad_token_id  # the classifier pools where its config says pad starts
-        self.pad_id = self.tokenizer.pad_token_id if pad is None else pad
-        self.model, self.device, self.batch_size = model, device, batch_size
-
-    @staticmethod
-    def _freeze(model) -> None:
-        """The policy's adapter active and trainable, the reward adapter frozen."""
-        model.set_adapter("default")
-        for name, param in model.named_parameters():
-            if f".{REWARD_ADAPTER}." in name:
-                param.requires_grad_(False)
-
-    def __call__(self, prompts: list[str], completions: list[str]) -> list[float]:
-        import torch
-
-        # TRL's RewardTrainer text, eos appended once (prefdata.models.reward): what the adapter was trained on.
-        texts = [reward_text(p, c, self.tokenizer.eos_token or "") for p, c in zip(prompts, completions)]
-        backbone = self.model.get_base_model()
-        backbone = getattr(backbone, backbone.base_model_prefix)  # e.g. LlamaModel: the LoRA layers live in it
-        scores: list[float] = []
-        was_training = self.model.training
-        self.model.eval()
-        self.model.base_model.set_adapter(REWARD_ADAPTER, inference_mode=True)
-        try:
-            with torch.no_grad():
-                for i in range(0, len(texts), self.batch_size):
-                    enc = self.tokenizer(texts[i:i + self.batch_size], return_tensors="pt", padding=True).to(self.device)
-                    hidden = backbone(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                      use_cache=False).last_hidden_state
-                    ids = enc["input_ids"]
-                    cols = torch.arange(ids.size(1), device=ids.device)
-                    last = (cols * (ids != self.pad_id)).argmax(-1)  # as LlamaForSequenceClassification pools
-                    scores += self.head(hidden[torch.arange(ids.size(0), device=ids.device), last].float())[:, 0].tolist()
-        finally:
-            self._freeze(self.model)
-            self.model.train(was_training)
-        return scores
-
-
 def _reward_fn(reward: Reward | str | Path, device, model=None, base_model: str | Path | None = None) -> Reward:
+    """The reward as a callable: a callable as it is; a reward model folder through prefdata.models.reward,
+    as a second adapter on `model` when its LoRA adapter was trained on `base_model`, else as its own model."""
     if callable(reward):
         return reward
     path = Path(reward)
