@@ -72,7 +72,7 @@ def make_dataset(work: Path, n_prompts: int, candidates: int = 8) -> tuple[str, 
 
 
 def sft_files(work: Path) -> dict[str, str]:
-    from prefdata.trainers.common import write_sft_file
+    from prefdata.trainers.data import write_sft_file
     from prefdata.world import WorldConfig, heldout, sft_data
 
     config = WorldConfig()

@@ -68,7 +68,8 @@ def record(name: str, args) -> dict:
     import yaml
 
     from prefdata.trainers import load
-    from prefdata.trainers.common import load_validated, parse_config
+    from prefdata.trainers.config import parse_config
+    from prefdata.trainers.data import load_validated
     from prefdata.trainers.guards import GuardTripped
 
     method, example, overrides, expect, bend = CASES[name]
@@ -90,7 +91,7 @@ def record(name: str, args) -> dict:
     try:
         model_dir, metrics = plugin.run(cfg, data, Path(values["output_dir"]), print)
         if method == "rm":  # its card's held-out accuracy is what grpo_rm_hack's reward-model gate reads
-            from prefdata.trainers.common import write_card
+            from prefdata.trainers.card import write_card
 
             write_card(Path(model_dir), method, data, cfg.base_model, cfg, metrics)
         history = metrics["log"]

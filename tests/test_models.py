@@ -84,7 +84,7 @@ def test_import_gguf_gives_a_folder_with_the_weights_and_chat_template_that_went
 def test_a_gguf_file_works_where_a_model_folder_does_converted_once(tiny_gguf, model_cache, monkeypatch):
     import prefdata.models.loading as models
     from prefdata.collect.sampling import SamplingParams, TransformersSampler
-    from prefdata.trainers.common import check_base_model
+    from prefdata.trainers.preflight import check_base_model
 
     gguf_file, source = tiny_gguf
     check_base_model(str(gguf_file))  # the trainers' gate converts it and reads the converted config

@@ -54,7 +54,7 @@ def test_a_refusal_names_every_way_out(tmp_path):
     """Filter the rows the row checks name, waive with a reason, or bring new data: in publish's refusal
     and again when train is pointed at the rejected version."""
     from prefdata.gate.publishing import publish_version
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     from prefdata.data.importer import import_file, import_to_store
 

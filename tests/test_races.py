@@ -129,8 +129,8 @@ def test_training_reads_the_validated_bytes_whatever_is_swapped_in(store_root, o
     good, other = _version(store_root, "good", good_rows), _version(store_root, "other", CLEAN)
     assert _cli("publish", good, "--config", str(only_length_ratio), store=store_root).returncode == 0
 
-    # the trainers' data path (trainers.common.load_validated), in its own process as `train` runs it
-    script = ("import json, sys; from prefdata.trainers.common import load_validated; "
+    # the trainers' data path (trainers.data.load_validated), in its own process as `train` runs it
+    script = ("import json, sys; from prefdata.trainers.data import load_validated; "
               "d = load_validated(sys.argv[1]); print(json.dumps(sorted(r['chosen'] for r in d.train + d.eval)))")
     attacker = SwapOnFirstRead(_data_file(store_root, good), _data_file(store_root, other))
     try:

@@ -66,7 +66,7 @@ def test_a_hand_edited_status_fails_verify_and_train_refuses_it_first(store_root
     published = cli("publish", ref, store=store_root)
     assert published.returncode == 1 and "signature" in published.stderr and "already" not in published.stdout
 
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     with pytest.raises(GateFailed, match="signature"):
         load_validated(ref, str(store_root))
@@ -86,7 +86,7 @@ def test_a_signed_status_verifies_and_the_key_stays_private(store_root):
     done = cli("verify", ref, store=store_root)
     assert done.returncode == 0 and key not in done.stdout + done.stderr
 
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     assert load_validated(ref, str(store_root)).ref == ref
 

@@ -49,7 +49,7 @@ def world(tmp_path_factory):
 def dataset(tmp_path_factory, world):
     """A validated version made by `prefdata import` and `prefdata publish` (the world's checklist),
     plus the general SFT and held-out SFT files a run mixes in and scores."""
-    from prefdata.trainers.common import write_sft_file
+    from prefdata.trainers.data import write_sft_file
 
     root = tmp_path_factory.mktemp("data")
     store = root / "store"
@@ -243,7 +243,7 @@ def test_train_refuses_pairs_the_trainer_would_truncate_unless_waived(dataset, w
 
 
 def load_train_pairs(dataset) -> list[dict]:
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     return load_validated(dataset["ref"], dataset["store"]).train
 
@@ -251,7 +251,7 @@ def load_train_pairs(dataset) -> list[dict]:
 def test_dpo_refuses_use_weighting_with_the_sft_term():
     """TRL 1.16's WPO weighting fails mid-step on the sft loss term (an in-place multiply on an expanded
     tensor: exit 3 after loading everything); the config refuses the pair up front, in one line."""
-    from prefdata.trainers.common import parse_config
+    from prefdata.trainers.config import parse_config
     from prefdata.trainers.dpo import DPOTrainConfig
 
     with pytest.raises(UnusableInput, match="use_weighting cannot be combined with the 'sft' loss type"):
@@ -343,7 +343,7 @@ def test_rm_trains_a_scorer_that_checks_can_use(dataset, reward_model, tmp_path)
     import torch
 
     from prefdata.models.reward import RewardModelScorer
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     held = load_validated(dataset["ref"], dataset["store"]).eval
     scorer = RewardModelScorer(result.model_dir, torch.device("cpu"))
@@ -440,7 +440,7 @@ def test_a_reward_adapter_rides_on_the_ppo_base(dataset, world, reward_model, tm
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
     from prefdata.trainers.ppo import (
         PPOConfig, RewardAdapterScorer, RewardModelScorer, _reward_fn, load_policy, reward_adapter_dir, save_policy, train,
     )
@@ -479,13 +479,14 @@ def test_a_reward_adapter_rides_on_the_ppo_base(dataset, world, reward_model, tm
 
 
 def dataset_rows(dataset) -> list[dict]:
-    from prefdata.trainers.common import load_validated
+    from prefdata.trainers.data import load_validated
 
     return load_validated(dataset["ref"], dataset["store"]).train
 
 
 def test_rm_chance_warning_names_the_usual_causes(tmp_path):
-    from prefdata.trainers.common import TrainingData, write_card
+    from prefdata.trainers.card import write_card
+    from prefdata.trainers.data import TrainingData
     from prefdata.trainers.rm import chance_warning
 
     assert chance_warning(0.51, 30, 240) is None and chance_warning(None, 0, 240) is None
@@ -601,7 +602,7 @@ def test_a_guard_stops_a_real_dpo_run(dataset, world, tmp_path, monkeypatch):
 
 
 def test_sft_batch_size_and_mixer_draws():
-    from prefdata.trainers.common import sft_batch_size
+    from prefdata.trainers.mixing import sft_batch_size
     from prefdata.trainers.mixing import SFTMixer
     from prefdata.world import build_tokenizer
 
@@ -734,7 +735,8 @@ def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
     looked for; PPO scores a reward-model folder with the one shared scorer."""
     import prefdata.models.reward
     import prefdata.trainers as registry
-    from prefdata.trainers.common import load_evaluator, rule_reward
+    from prefdata.trainers.evaluation import load_evaluator
+    from prefdata.trainers.rewards import rule_reward
     from prefdata.trainers.ppo import RewardModelScorer
 
     with pytest.raises(UnusableInput, match=r"rewards: rule 'prefdata.world:no_such' cannot be loaded: .*looked for"):
@@ -780,7 +782,7 @@ def test_show_config_prints_every_field_with_default_and_help(tmp_path):
                                       ("batch_size", "per_device_train_batch_size")])
 def test_ppo_old_field_names_are_refused_with_the_new_name(old, new):
     """PPO's fields take TRL's names; a YAML with the old one is one line (exit 2) naming the new one."""
-    from prefdata.trainers.common import parse_config
+    from prefdata.trainers.config import parse_config
     from prefdata.trainers.ppo import PPOTrainConfig
 
     with pytest.raises(UnusableInput, match=f"'{old}' is now '{new}'.*use {new}") as err:

@@ -13,6 +13,12 @@ must beat). Another package adds a method through the entry-point group
 
 Targets load lazily: listing the methods imports neither torch nor TRL.
 
+What the plugins share, one job a module: config (the fields every method adds, YAML configs),
+data (validated versions, SFT files), preflight (refusals before a model loads), rewards (rule
+rewards, the reward-model gate), mixing (the SFT mix), evaluation (the before/after figures), run
+(a TRL trainer's run, saved once across ranks), runlog (train.log), card (the model card), curves
+and guards. PPO is ppo (config, loop, plugin), ppo_step (rollout, update) and ppo_math.
+
 May import: prefdata.base, prefdata.models, prefdata.data (validated versions), and
 prefdata.checks.template_fit alone (`train` refuses pairs the trainer would cut, with the check
 `prefdata check` runs).
@@ -35,6 +41,17 @@ BUILTINS = {
     "sft": "prefdata.trainers.sft:plugin",  # the control: continued SFT on the chosen answers
 }
 ENTRY_POINT_GROUP = "prefdata.trainers"
+
+
+@dataclass
+class TrainResult:
+    """What `train` returns: the trained model's folder, its card, and the run's figures."""
+
+    method: str
+    dataset: str
+    model_dir: Path
+    card: Path
+    metrics: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -81,11 +98,13 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
 
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
-    from prefdata.trainers.common import (
-        CURVES_FILE, RunLog, TrainResult, check_base_model, check_template, check_waivers, is_main_process, load_config_file,
-        load_validated, parse_config, read_sft_file, write_card,
-    )
-    from prefdata.trainers.curves import draw_curves, reports_to, tensorboard_dir
+    from prefdata.trainers.card import write_card
+    from prefdata.trainers.config import load_config_file, parse_config
+    from prefdata.trainers.curves import CURVES_FILE, draw_curves, reports_to, tensorboard_dir
+    from prefdata.trainers.data import check_waivers, load_validated, read_sft_file
+    from prefdata.trainers.preflight import check_base_model, check_template
+    from prefdata.trainers.run import is_main_process
+    from prefdata.trainers.runlog import RunLog
 
     # The data first, before the method, the config or the model load: a version that is not
     # validated, or whose files or signed status fail verify, is refused at once (exit 1).

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+CURVES_FILE = "curves.png"  # beside the model card, which shows it
+
 # Panels, in order: a title and the logged keys it draws (the first ones a run logged). Loss, the
 # reward or margin, KL, the SFT term mixed in against the alignment tax, and the signals the guards
 # watch (the chosen reward that must not sink, the reward spread GRPO needs, entropy).

@@ -16,10 +16,12 @@ from typing import Callable
 from trl import DPOConfig, DPOTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData
-from prefdata.trainers.common import evaluate_model, lora_config, sft_batch_size, sft_pool, train_and_measure
+from prefdata.trainers.config import MixConfig, PairTrainDefaults, RunDefaults, lora_config
+from prefdata.trainers.data import TrainingData
+from prefdata.trainers.evaluation import evaluate_model
 from prefdata.trainers.guards import defaults, guard_callback
-from prefdata.trainers.mixing import SFTMixer, with_sft_mix
+from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
+from prefdata.trainers.run import Timer, train_and_measure
 
 
 @dataclass

@@ -21,23 +21,13 @@ from trl import GRPOConfig, GRPOTrainer
 
 from prefdata.base.errors import UnusableInput
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import (
-    DEFAULT_MIN_RM_ACCURACY,
-    MIN_RM_ACCURACY_HELP,
-    MixConfig,
-    RunDefaults,
-    Timer,
-    TrainingData,
-    check_reward_models,
-    evaluate_model,
-    lora_config,
-    rule_reward,
-    sft_batch_size,
-    sft_pool,
-    train_and_measure,
-)
+from prefdata.trainers.config import MixConfig, RunDefaults, lora_config
+from prefdata.trainers.data import TrainingData
+from prefdata.trainers.evaluation import evaluate_model
 from prefdata.trainers.guards import defaults, guard_callback
-from prefdata.trainers.mixing import SFTMixer, with_sft_mix
+from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
+from prefdata.trainers.rewards import DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, check_reward_models, rule_reward
+from prefdata.trainers.run import Timer, train_and_measure
 
 
 @dataclass

@@ -4,14 +4,37 @@ Seed pitfall 6 and checklist item 11: preference training taxes skills the pairs
 DPO `sft` loss term only trains on the chosen answers, which protects the task; protecting a general
 skill needs that skill's own SFT data in the mix (measured on the demo world: chosen-only mixing
 kept the task but the general skill fell to 0.34; general SFT examples in the mix kept it at 0.99).
-`with_sft_mix(TrainerClass)` adds the term to any TRL trainer (DPO, GRPO) and logs it as `sft_loss`.
+`with_sft_mix(TrainerClass)` adds the term to any TRL trainer (DPO, GRPO) and logs it as `sft_loss`;
+`sft_pool` and `sft_batch_size` say what is mixed in and how much per step.
 """
 
 from __future__ import annotations
 
+import math
 import random
 
+from prefdata.base.errors import UnusableInput
 from prefdata.models.logprobs import lm_batch
+from prefdata.trainers.config import MixConfig
+from prefdata.trainers.data import TrainingData, read_sft_file
+
+
+def sft_pool(mix: MixConfig, data: TrainingData) -> list[tuple[str, str]]:
+    """The SFT examples mixed into preference training, from the configured sources."""
+    unknown = set(mix.sft_sources) - {"chosen", "general"}
+    if unknown:
+        raise UnusableInput(f"sft_sources: unknown {sorted(unknown)}; use 'chosen' and/or 'general'")
+    pool: list[tuple[str, str]] = []
+    if "chosen" in mix.sft_sources:
+        pool += data.chosen_sft
+    if "general" in mix.sft_sources and mix.general_sft:
+        pool += read_sft_file(mix.general_sft)
+    return pool
+
+
+def sft_batch_size(batch_size: int, ratio: float) -> int:
+    """SFT examples per step for `batch_size` preference examples: ceil(batch * ratio), 0 when off."""
+    return math.ceil(batch_size * ratio) if ratio > 0 else 0
 
 
 class SFTMixer:

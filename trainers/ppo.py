@@ -467,7 +467,8 @@ def save_policy(model, value_head, tokenizer, output_dir: Path) -> None:
 
 
 from prefdata.trainers import Plugin  # noqa: E402 - the plugin part needs only the light registry
-from prefdata.trainers.common import DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, MixConfig  # noqa: E402
+from prefdata.trainers.config import MixConfig  # noqa: E402
+from prefdata.trainers.rewards import DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP  # noqa: E402
 
 
 @dataclass
@@ -491,7 +492,10 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 
 def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
     from prefdata.base.errors import UnusableInput
-    from prefdata.trainers.common import Timer, before_after, check_reward_models, evaluate_model, rule_reward, sft_pool
+    from prefdata.trainers.evaluation import before_after, evaluate_model
+    from prefdata.trainers.mixing import sft_pool
+    from prefdata.trainers.rewards import check_reward_models, rule_reward
+    from prefdata.trainers.run import Timer
     from prefdata.trainers.curves import reports_to, tensorboard_callback
     from prefdata.trainers.guards import defaults, step_guard
 

@@ -15,7 +15,9 @@ from typing import Callable
 from trl import RewardConfig, RewardTrainer
 
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData, lora_config, train_and_measure
+from prefdata.trainers.config import MixConfig, PairTrainDefaults, RunDefaults, lora_config
+from prefdata.trainers.data import TrainingData
+from prefdata.trainers.run import Timer, train_and_measure
 
 
 @dataclass

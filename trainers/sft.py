@@ -16,8 +16,10 @@ from trl import SFTConfig, SFTTrainer
 
 from prefdata.base.errors import UnusableInput
 from prefdata.trainers import Plugin
-from prefdata.trainers.common import MixConfig, PairTrainDefaults, RunDefaults, Timer, TrainingData
-from prefdata.trainers.common import evaluate_model, lora_config, read_sft_file, train_and_measure
+from prefdata.trainers.config import MixConfig, PairTrainDefaults, RunDefaults, lora_config
+from prefdata.trainers.data import TrainingData, read_sft_file
+from prefdata.trainers.evaluation import evaluate_model
+from prefdata.trainers.run import Timer, train_and_measure
 
 
 @dataclass

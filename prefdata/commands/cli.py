@@ -433,7 +433,7 @@ def _show_train_config(method: str) -> None:
     from dataclasses import MISSING
 
     from prefdata.trainers import load
-    from prefdata.trainers.common import config_fields
+    from prefdata.trainers.config import config_fields
 
     plugin = load(method)
     rows = config_fields(plugin.config_class)
@@ -546,7 +546,7 @@ def world_build(
 @world_app.command("eval")
 def world_eval(model: Annotated[Path, typer.Argument(help="A causal LM folder (from_pretrained path).")]) -> int:
     """Held-out task and general-skill accuracy of any model on the demo world's prompts."""
-    from prefdata.trainers.common import check_base_model
+    from prefdata.trainers.preflight import check_base_model
     from prefdata.world import evaluate
 
     check_base_model(str(model))  # a path that is not a model: one line, exit 2, before loading anything

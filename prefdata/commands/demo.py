@@ -179,7 +179,7 @@ def _world_stage(stages: Stages, say: Callable[[str], None]):
 
 def _general_sft_file(out_dir: Path) -> Path:
     """General SFT examples (the world's "reverse" task), mixed into training against forgetting."""
-    from prefdata.trainers.common import write_sft_file
+    from prefdata.trainers.data import write_sft_file
     from prefdata.world import WorldConfig, sft_data
 
     return write_sft_file(out_dir / "general_sft.jsonl",

@@ -1,0 +1,57 @@
+"""The model card a run writes beside its model: README.md with a YAML header naming the base model,
+the dataset version and its content hash, the waivers and the config, and prefdata_train.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from prefdata.trainers.curves import CURVES_FILE
+from prefdata.trainers.data import TrainingData, recorded_waivers
+
+
+def write_card(output_dir: Path, method: str, data: TrainingData, base_model: str, config: Any,
+               metrics: dict[str, Any]) -> Path:
+    """README.md with a YAML header naming the base model and the exact dataset version and hash."""
+    import yaml
+
+    header = {
+        "base_model": base_model,
+        "library_name": "transformers",
+        "tags": ["prefdata", method, "trl", "peft"],
+        "prefdata": {"method": method, "dataset": data.ref, "dataset_hash": data.content_hash,
+                     "waivers": recorded_waivers(data.manifest), "config": config_record(config), "metrics": metrics},
+    }
+    waivers = header["prefdata"]["waivers"]
+    body = [
+        "---", yaml.safe_dump(json.loads(json.dumps(header, default=str)), sort_keys=False).rstrip(), "---",
+        f"# {method} from {data.ref}", "",
+        f"Trained by prefdata `{method}` from the validated dataset version `{data.ref}` "
+        f"(content hash `{data.content_hash}`), starting from `{base_model}`.", "",
+        *(["## Waivers", "", "The dataset passed its checklist with these checks waived (from its signed report):", "",
+           *[f"- `{check}`: {reason}" for check, reason in waivers.items()], ""] if waivers else []),
+        *(["## Warnings", "", *[f"- {w}" for w in metrics.get("warnings", [])], ""] if metrics.get("warnings") else []),
+        "```json", json.dumps(metrics, indent=2, default=str), "```", "",
+    ]
+    if (output_dir / CURVES_FILE).is_file():  # drawn by trainers.train before the card
+        body += ["## Training curves", "", f"![training curves]({CURVES_FILE})", ""]
+    card = output_dir / "README.md"
+    card.write_text("\n".join(body), encoding="utf-8")
+    (output_dir / "prefdata_train.json").write_text(json.dumps(header["prefdata"], indent=2, default=str) + "\n")
+    return card
+
+
+def config_record(config: Any) -> dict[str, Any]:
+    """The config as plain data for the card. TrainingArguments.to_dict() already masks hub tokens;
+    any other field named like a secret is dropped all the same."""
+    data = config.to_dict() if hasattr(config, "to_dict") else asdict(config) if is_dataclass(config) else dict(config)
+    secret = ("token", "api_key", "password", "secret")
+    def keep(key: str) -> bool:
+        if key.startswith("_"):
+            return False
+        return key.endswith("_tokens") or not any(s in key.lower() for s in secret)  # max_new_tokens is no secret
+
+    return {k: v for k, v in data.items() if keep(k)}

@@ -1,0 +1,61 @@
+"""What `train` refuses before any model loads, in one line each: a base model that cannot load, and
+training pairs the trainer would cut or mis-tokenise (the template_fit check).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.trainers.data import TrainingData
+
+
+def check_base_model(spec: str) -> None:
+    """Refuse, in one line (exit 2), a base model that cannot load, before any training starts: a
+    missing path, a folder or file that is not a saved model, a hub name that cannot be fetched. A GGUF
+    file is converted here, once (prefdata.models.loading), so the checks below read the converted folder."""
+    from prefdata.models.loading import load_config, local_model
+
+    fix = ("give a model folder written by save_pretrained (config.json and weights; the demo world's "
+           "is printed by `prefdata world build`), a .gguf file or a hub model name")
+    path = Path(local_model(spec)).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise UnusableInput(f"base model {spec} is a {'folder' if path.is_dir() else 'file'} without config.json, "
+                                f"not a model: {fix}")
+        try:
+            load_config(path)
+        except (OSError, ValueError) as exc:
+            raise UnusableInput(f"base model {spec}: its config.json cannot be read ({str(exc).splitlines()[0]}): {fix}") from None
+        return
+    # A hub id is "name" or "org/name"; anything else that does not exist is a path that is not there.
+    if path.is_absolute() or spec.startswith((".", "~")) or spec.count("/") > 1:
+        raise UnusableInput(f"base model {spec} not found: {fix}")
+    try:
+        load_config(spec)
+    except (OSError, ValueError) as exc:
+        raise UnusableInput(f"base model {spec!r} is no local folder and cannot be loaded from the hub "
+                            f"({str(exc).splitlines()[0]}): {fix}") from None
+
+
+def check_template(method: str, cfg: Any, data: TrainingData) -> None:
+    """Refuse, in one line (GateFailed, exit 1), training pairs the trainer would truncate at the config's
+    max_length or tokenise badly (checks/template_fit.py), before any model loads. Rendered as plain text,
+    not with the chat template: the trainers hand TRL plain strings, which it never templates. Only
+    methods with TRL's max_length field (dpo, rm, sft) tokenise the pairs; grpo and ppo generate their own
+    responses. `check_template: false` waives it."""
+    if not getattr(cfg, "check_template", True) or not hasattr(cfg, "max_length") or not data.train:
+        return
+    import polars as pl
+
+    from prefdata.checks.template_fit import check_template_fit, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(cfg.base_model)
+    except ValueError as exc:
+        raise UnusableInput(f"{method}: {exc}") from None
+    result = check_template_fit(pl.DataFrame(data.train), tokenizer, max_length=cfg.max_length, chat_template=False)
+    if result.status == "fail":
+        raise GateFailed(f"{method}: template_fit fails on {data.ref}: {result.message}: raise max_length, shorten the "
+                         f"pairs, or set check_template: false in the config to train anyway")

@@ -1,0 +1,63 @@
+"""The rewards grpo and ppo take (`rewards: [rule:module:function, rm:DIR]`): a rule verifier as a TRL
+reward function, and the reward-model gate that refuses an `rm:DIR` whose card records too low a
+held-out accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from prefdata.base.errors import GateFailed, UnusableInput
+
+
+def rule_reward(spec: str) -> Callable:
+    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
+    from prefdata.base.targets import load_target
+
+    verifier = load_target(spec, what="rewards: rule")
+    name = spec.partition(":")[2]
+
+    def reward(prompts, completions, completion_ids=None, **_):
+        return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
+
+    reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
+    return reward
+
+
+DEFAULT_MIN_RM_ACCURACY = 0.6  # seed pitfall 3: a reward model should rank > 0.6 of held-out pairs right
+MIN_RM_ACCURACY_HELP = ("Refuse an rm:DIR reward whose card (DIR/prefdata_train.json, written by `prefdata train rm`) "
+                        "records a held-out pairwise accuracy below this, or records none; null turns the gate off "
+                        "(a reward model from elsewhere, without a card).")
+
+
+def check_reward_models(rewards: list[str], min_accuracy: float | None) -> None:
+    """Refuse, in one line, each `rm:DIR` reward whose card says it ranks held-out pairs too poorly:
+    below `min_accuracy` or no figure at all (GateFailed, exit 1); a folder with no card (or an unreadable
+    one) is UnusableInput (exit 2). Reads only a JSON file: it runs before any model is loaded."""
+    if min_accuracy is None:
+        return
+    waive = "set min_rm_accuracy: null in the config to use it anyway"
+    for spec in rewards:
+        kind, _, target = str(spec).partition(":")
+        if kind != "rm" or not Path(target).is_dir():
+            continue  # rule rewards have no card; a missing folder is the plugin's own one-line error
+        record = Path(target) / "prefdata_train.json"
+        if not record.is_file():
+            raise UnusableInput(f"rewards: rm:{target} has no prefdata_train.json, so its held-out accuracy is unknown "
+                                f"and min_rm_accuracy {min_accuracy:g} cannot be checked: train it with `prefdata train "
+                                f"rm`, or {waive}")
+        try:
+            accuracy = json.loads(record.read_text(encoding="utf-8"))["metrics"].get("heldout_pairwise_accuracy")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UnusableInput(f"rewards: rm:{target}: {record.name} cannot be read ({exc}): retrain it with "
+                                f"`prefdata train rm`, or {waive}") from None
+        if not isinstance(accuracy, (int, float)) or isinstance(accuracy, bool):
+            raise GateFailed(f"rewards: rm:{target} records no held-out pairwise accuracy in {record.name} (a version "
+                             f"with no held-out pairs?), so min_rm_accuracy {min_accuracy:g} cannot be checked: retrain "
+                             f"it on a version with an eval split, or {waive}")
+        if accuracy < min_accuracy:
+            raise GateFailed(f"rewards: rm:{target}: held-out pairwise accuracy {accuracy:.3g} is below min_rm_accuracy "
+                             f"{min_accuracy:g}: it ranks unseen pairs too poorly to train against (a policy would learn "
+                             f"its errors); train it longer or on more pairs, or lower min_rm_accuracy")
