@@ -139,7 +139,8 @@ def run_separate(root: Path, config) -> list[float]:
 
     from prefdata.trainers import ppo_math as pm
     from prefdata.models.logprobs import logprobs_from_logits
-    from prefdata.trainers.ppo import RewardModelScorer, forward_response, response_mask
+    from prefdata.trainers.ppo import RewardModelScorer
+    from prefdata.trainers.ppo_step import forward_response, response_mask
 
     device = torch.device("cpu")
     tok = AutoTokenizer.from_pretrained(root / "policy")

@@ -19,12 +19,11 @@ from prefdata.trainers.ppo import (
     KLBoundExceeded,
     PPOConfig,
     RewardModelScorer,
-    forward_response,
     load_policy,
-    response_mask,
     run_ppo,
     train,
 )
+from prefdata.trainers.ppo_step import forward_response, response_mask
 from prefdata.world import WorldConfig, build_world, sampling_prompts, sft_data, verify
 
 torch.set_num_threads(2)
@@ -322,7 +321,7 @@ class _SavedBytes:
 
 
 def _one_rollout(world, prompts, config):
-    from prefdata.trainers.ppo import rollout
+    from prefdata.trainers.ppo_step import rollout
 
     torch.manual_seed(0)  # the LoRA A matrices: the same draw in every call
     tokenizer, model, value_head = load_policy(world.sft, config, torch.device("cpu"))
@@ -337,7 +336,7 @@ def test_rollout_scores_a_minibatch_at_a_time_on_response_positions_only(world, 
     the LM head only on the positions that predict response tokens, so no full-vocabulary logits of the
     whole batch and its prompts are ever held (with a real vocabulary they dwarf the model); the numbers
     are those of one pass over the whole batch."""
-    from prefdata.trainers.ppo import rollout
+    from prefdata.trainers.ppo_step import rollout
     from prefdata.models.logprobs import logprobs_from_logits
     from prefdata.trainers.ppo_math import per_token_kl
 
@@ -384,7 +383,8 @@ def test_an_update_holds_one_graph_and_no_entropy_graph(world, prompts, sft):
     the two forwards are never held together (the gradients add up the same); with ent_coef 0 the
     entropy is a metric, computed outside autograd, so the only vocabulary-sized tensor it keeps is the
     log-softmax of the policy log-probs."""
-    from prefdata.trainers.ppo import _sft_stream, ppo_update
+    from prefdata.trainers.ppo import _sft_stream
+    from prefdata.trainers.ppo_step import ppo_update
     from prefdata.trainers.ppo_math import ptx_loss
 
     config = replace(FAST, per_device_train_batch_size=8, mini_batch_size=8, ppo_epochs=1, sft_ratio=0.5)
@@ -418,7 +418,8 @@ def test_the_update_is_the_textbook_minibatch_step(world, prompts, sft, ent_coef
     """ppo_update against the plain PPO-ptx step written out here (full logits, one loss, one backward):
     the same metrics and the same weights after the step, so the memory work changes no maths (with the
     entropy bonus on, and off, when the entropy is only a metric)."""
-    from prefdata.trainers.ppo import _sft_stream, ppo_update
+    from prefdata.trainers.ppo import _sft_stream
+    from prefdata.trainers.ppo_step import ppo_update
     from prefdata.models.logprobs import logprobs_from_logits
     from prefdata.trainers.ppo_math import (
         clipped_policy_loss, clipped_value_loss, entropy_from_logits, masked_mean, ptx_loss,
