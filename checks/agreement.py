@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prefdata.checks.base import CheckResult, skip
+from prefdata.checks.base import CheckResult, default, skip
 from prefdata.data.records import VOTE_VALUES
 # how votes become labels lives with the data (the importer aggregates with it); re-exported here
 from prefdata.data.votes import DS_MAX_ITERATIONS, DS_TOLERANCE, dawid_skene, dawid_skene_labels, majority_labels  # noqa: F401
 
 CHECK_ID = "agreement"
-# Seed checklist item 4: pairs labelled by several annotators separately, "IAA >= 0.6".
-DEFAULT_THRESHOLD = 0.6
+# Seed checklist item 4: pairs labelled by several annotators separately, "IAA >= 0.6". This
+# module's defaults are set in checks/checklist.yaml (base.default).
+DEFAULT_THRESHOLD = default("agreement", "threshold")
 LEVELS = ("nominal", "ordinal", "interval", "ratio")
+DEFAULT_LEVEL = default("agreement", "level")
 # a/b/tie on an ordered scale: "tie" sits between "b is better" and "a is better".
 VOTE_CODES = {"b": 0.0, "tie": 1.0, "a": 2.0}
 _WEIGHTS = (None, "linear", "quadratic")
@@ -198,10 +200,10 @@ def majority_agreement(votes: pl.DataFrame) -> dict[str, float]:
 # this, or below this floor. 0.5 is a coin between "a" and "b" (a voter at random over a/b gets
 # about 0.5 by accuracy-equivalent); 0.2 under the median separates a careless voter from honest
 # disagreement (PandaLM's three humans lie within 0.03 of each other).
-DEFAULT_MAX_QUALITY_GAP = 0.2
-DEFAULT_MIN_ANNOTATOR_QUALITY = 0.5
-# Too few votes make a quality estimate noise: no flag below this many.
-DEFAULT_MIN_ANNOTATOR_VOTES = 10
+DEFAULT_MAX_QUALITY_GAP = default("agreement", "max_quality_gap")
+DEFAULT_MIN_ANNOTATOR_QUALITY = default("agreement", "min_annotator_quality")
+# Too few votes make a quality estimate noise: no flag below this many (10).
+DEFAULT_MIN_ANNOTATOR_VOTES = default("agreement", "min_annotator_votes")
 def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP,
                       min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
                       min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES) -> list[dict[str, Any]]:
@@ -266,7 +268,7 @@ def disagreeing_pairs(votes: pl.DataFrame) -> list[Any]:
 
 
 def check_agreement(
-    votes: pl.DataFrame | None, threshold: float = DEFAULT_THRESHOLD, level: str = "nominal",
+    votes: pl.DataFrame | None, threshold: float = DEFAULT_THRESHOLD, level: str = DEFAULT_LEVEL,
     max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP, min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
     min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES,
 ) -> CheckResult:
@@ -334,7 +336,7 @@ LABEL_AUDIT_ID = "label_audit"
 # a human audit is that independent evaluation. For scale: InstructGPT's labelers agreed with each
 # other on 73-77% of comparisons (Ouyang et al. 2022); labels worse than 60% are not worth training
 # on as they are.
-DEFAULT_MIN_LABEL_AGREEMENT = 0.6
+DEFAULT_MIN_LABEL_AGREEMENT = default("label_audit", "min_agreement")
 
 
 def label_agreement(votes: pl.DataFrame) -> dict[str, Any]:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any, Literal
+
+import yaml
 
 Status = Literal["pass", "fail", "skip", "error"]
 MAX_LISTED_OFFENDERS = 1000
@@ -38,3 +42,18 @@ class CheckResult:
 
 def skip(check_id: str, reason: str, threshold: float | None = None) -> CheckResult:
     return CheckResult(check_id, "skip", threshold=threshold, message=reason)
+
+
+CHECKLIST = "checklist.yaml"  # the default checklist, shipped beside the checks
+
+
+@cache
+def _shipped_checklist() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("prefdata.checks").joinpath(CHECKLIST).read_text())["checks"]
+
+
+def default(check_id: str, parameter: str) -> Any:
+    """A parameter's default as checks/checklist.yaml sets it (what `prefdata check --list-checks`
+    prints): the one place a default the YAML names is set, so a check function's keyword default
+    reads it from here instead of repeating the number."""
+    return _shipped_checklist()[check_id][parameter]

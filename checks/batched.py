@@ -4,14 +4,17 @@ frame: every column but the two responses, with their lengths and a hash of the 
 (`thin`; checks/frames.py `text_chars` reads those). At 10M realistic pairs that is ~2 GB instead
 of ~14 GB.
 
-How each check runs (run_checklist swaps in these functions when CheckInputs.shards is set):
-- row-local checks that read the responses (ROW_LOCAL) run shard by shard, each the very check
-  function, and their results combine: offending ids in row order, metric = offending / rows, the
-  same threshold rule, details merged (counts summed, examples cut to the same length, the check's
-  parameters as given), and the message the check's own message function (e.g. content.py
-  `safety_message`) builds from the merged details: the in-memory run's message;
-- near and exact duplicates run their engines over the shards (checks/shards.py ShardTexts): the
-  texts are prepared a block at a time, and only the rows verification needs are read again;
+How each check runs, by its traits in the registry (checks/registry.py; run_checklist swaps in
+`stand_ins()` when CheckInputs.shards is set):
+- the row-local checks that need the responses' text (PER_SHARD) run shard by shard, each the very
+  check function bound as the registry binds it, and their results combine (`combine`): offending
+  ids in row order, metric = offending / rows, the same threshold rule, details merged (counts
+  summed, examples cut to the same length, the check's parameters as given), and the message the
+  check's own message function (its registry `merge`, e.g. content.py `safety_message`) builds from
+  the merged details: the in-memory run's message;
+- the other checks that need the text, near and exact duplicates, run their engines over the shards
+  (ENGINES; checks/shards.py ShardTexts): the texts are prepared a block at a time, and only the rows
+  verification needs are read again;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,9 +34,10 @@ import polars as pl
 
 from .base import CheckResult
 from .frames import text_chars
+from .registry import CHECKS, CheckInputs
 
 RESPONSES = ("chosen", "rejected")  # what stays in the shards
-ROW_LOCAL = ("degenerate_pairs", "answer_leakage", "safety", "template_fit")
+PER_SHARD = tuple(c for c, check in CHECKS.items() if check.row_local and check.needs_text)
 SHARD_KEYS = "batched.exact_keys"  # CheckInputs.derived: near_duplicates' (prompt, pair) hashes for exact
 # a row-local check's message from (merged details, offending rows, rows, threshold): see `combine`
 Message = Callable[[dict[str, Any], int, int, float], str]
@@ -117,33 +122,25 @@ def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Mes
                        message(details, len(offending), n_rows, threshold), details)
 
 
-def _row_local(check_id: str, function: Callable[..., CheckResult], message: Message,
-               bind: Callable[[Any, pl.DataFrame, bool], dict[str, Any]]) -> Callable[..., CheckResult]:
-    parameters = tuple(inspect.signature(function).parameters)
+def _shard_by_shard(check_id: str) -> Callable[..., CheckResult]:
+    """A row-local check run on each shard's rows, bound as the registry binds it, its results combined."""
+    check = CHECKS[check_id]
+    parameters = tuple(inspect.signature(check.function).parameters)
 
-    def run(inputs: Any, **params: Any) -> CheckResult:
+    def run(inputs: CheckInputs, **params: Any) -> CheckResult:
         shards = inputs.shards
         results, rows = [], 0
         for k, (_, frame) in enumerate(shards.frames()):
+            # rows lost at read go with the last shard: those a check counts (degenerate_pairs) are its rows too
             last = k == len(shards.paths) - 1
-            results.append(function(**{**params, **bind(inputs, frame, last)}))  # data over defaults
-            rows += frame.height
-            del frame  # before the next shard is read
-        if check_id == "degenerate_pairs":  # rows lost at read are its pairs too (given with the last shard)
-            from .checklist import lost_for
-
-            lost = lost_for(inputs, check_id)
-            rows += lost.height if lost is not None else 0
-        return combine(check_id, results, rows, message, parameters)
+            bound = check.bind(replace(inputs, pairs=frame, lost=inputs.lost if last else None))
+            results.append(check.function(**{**params, **bound}))  # data over defaults
+            lost = bound.get("lost")
+            rows += frame.height + (lost.height if lost is not None else 0)
+            del frame, bound  # before the next shard is read
+        return combine(check_id, results, rows, check.merge.message, parameters, check.merge.derive)
 
     return run
-
-
-def _degenerate(inputs: Any, frame: pl.DataFrame, last: bool) -> dict[str, Any]:
-    from .checklist import lost_for
-
-    lost = lost_for(inputs, "degenerate_pairs") if last else None
-    return {"pairs": frame, "comparisons": inputs.comparisons, "lost": lost}
 
 
 # -- duplicates over the shards -------------------------------------------------------------------
@@ -189,19 +186,13 @@ def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts:
                                    fail_on_repeated_prompts=fail_on_repeated_prompts)
 
 
-def registry() -> dict[str, Callable[..., CheckResult]]:
-    """check id -> its batched function, called with the CheckInputs and the check's parameters."""
-    from .content import check_answer_leakage, check_safety, leakage_message, safety_message
-    from .structure import check_degenerate_pairs, degenerate_message
-    from .template_fit import check_template_fit, fit_message
+# the checks that need the responses' text and are not row-local, each with its engine over the shards
+ENGINES: dict[str, Callable[..., CheckResult]] = {"near_duplicates": near_duplicates,
+                                                  "exact_duplicates": exact_duplicates}
 
-    return {
-        "degenerate_pairs": _row_local("degenerate_pairs", check_degenerate_pairs, degenerate_message, _degenerate),
-        "answer_leakage": _row_local("answer_leakage", check_answer_leakage, leakage_message,
-                                     lambda i, f, last: {"pairs": f}),
-        "safety": _row_local("safety", check_safety, safety_message, lambda i, f, last: {"pairs": f}),
-        "template_fit": _row_local("template_fit", check_template_fit, fit_message,
-                                   lambda i, f, last: {"pairs": f, "tokenizer": i.tokenizer}),
-        "near_duplicates": near_duplicates,
-        "exact_duplicates": exact_duplicates,
-    }
+
+def stand_ins() -> dict[str, Callable[..., CheckResult]]:
+    """check id -> its function over the shards, called with the CheckInputs and the check's parameters:
+    every check the registry says needs the responses' text (the thin frame lacks them)."""
+    return {c: _shard_by_shard(c) if check.row_local else ENGINES[c]
+            for c, check in CHECKS.items() if check.needs_text}

@@ -1,10 +1,12 @@
-"""Run the whole checklist: bind each check to its inputs and its configured thresholds.
+"""Run the whole checklist: each check of the registry (checks/registry.py CHECKS: its function,
+its inputs, its parameters' ranges) with its configured thresholds.
 
-Checks are pure functions; this module is the one place that knows which input each needs, turns
-a crash inside one check into an `error` result (never a crashed run), and decides the gate.
-Results always come in registry order, whatever order the checks run in: the GX suite runs on a
-thread beside the others (BACKGROUND), near_duplicates before exact_duplicates (RUN_FIRST), which
-reuses the row hashes it leaves in CheckInputs.derived.
+Checks are pure functions; this module loads and validates a config, turns a crash inside one check
+into an `error` result (never a crashed run), and decides the gate. Results always come in registry
+order, whatever order the checks run in: the GX suite runs on a thread beside the others
+(BACKGROUND), near_duplicates before exact_duplicates (RUN_FIRST), which reuses the row hashes it
+leaves in CheckInputs.derived. Over shards (CheckInputs.shards) the checks that need the responses'
+text run as checks/batched.py runs them.
 """
 
 from __future__ import annotations
@@ -12,177 +14,25 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import yaml
 
-from prefdata.checks.base import CheckResult
 from prefdata.base.errors import UnusableInput
-
-
-@dataclass
-class CheckInputs:
-    pairs: pl.DataFrame                         # every split of the dataset under check
-    comparisons: pl.DataFrame | None = None     # all comparisons with their labels (ties too)
-    votes: pl.DataFrame | None = None           # long votes: pair_id (= pairs.id), annotator, vote
-    eval_pairs: pl.DataFrame | None = None      # a separate eval set (--eval)
-    reference_prompts: pl.Series | None = None  # production prompts (--reference-prompts)
-    card_text: str | None = None                # the dataset card / guideline document
-    sft: pl.DataFrame | None = None             # the version's chosen-only SFT subset
-    lineage: dict[str, Any] | None = None
-    verdicts: pl.DataFrame | None = None        # an independent scorer's verdicts: id, preferred
-    docs_dir: Path | None = None                # where GX writes its Data Docs
-    lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
-    rows_read: int | None = None                # rows read from them (default: the pairs given)
-    tokenizer: Any = None                       # the trainer's tokenizer, loaded (--tokenizer): template_fit
-    # pairs too big for memory (checks/batched.py): their Parquet shards (checks/shards.py Shards); `pairs`
-    # is then the thin frame (no responses: their lengths and the chosen text's hash), `sft` thinned too
-    shards: Any = None
-    # what one check computes from `pairs` and another reuses (the normalised texts' row hashes:
-    # checks/dedup.py EXACT_KEYS); filled during a run, keyed by what made it, never read by the gate
-    derived: dict[str, Any] = field(default_factory=dict)
-
-
-def lost_for(inputs: CheckInputs, check_id: str) -> pl.DataFrame | None:
-    """The rows lost at read that count in `check_id`: degenerate ones (identical sides, an empty
-    text) in degenerate_pairs, every other one in unreadable_rows, so each counts once."""
-    from prefdata.checks.structure import degenerate_at_read
-
-    if inputs.lost is None or inputs.lost.height == 0:
-        return None
-    reasons = inputs.lost["reason"].to_list()
-    degenerate = pl.Series([degenerate_at_read(r) is not None for r in reasons], dtype=pl.Boolean)
-    return inputs.lost.filter(degenerate if check_id == "degenerate_pairs" else ~degenerate)
-
-
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric parameter may take: bounds (None: unbounded), open or closed."""
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False
-
-    def admits(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
-            return False
-        if value != value:  # NaN
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return self.high is None or (value < self.high if self.high_open else value <= self.high)
-
-    def __str__(self) -> str:
-        kind = "an integer " if self.integer else ""
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"{kind}in {left}{self.low:g}, {self.high:g}{right}"
-        if self.low is not None:
-            return f"{kind}{'>' if self.low_open else '>='} {self.low:g}"
-        return f"{kind}{'<' if self.high_open else '<='} {self.high:g}"
-
-
-SHARE = Range(0, 1)                               # a fraction of rows
-P_VALUE = Range(0, 1, low_open=True, high_open=True)
-SIMILARITY = Range(0, 1, low_open=True)           # a Jaccard threshold: 0 would join everything
-LENGTH_RATIO = Range(1)                           # longer / shorter is never below 1
-COUNT = Range(0, integer=True)
-POSITIVE = Range(1, integer=True)                 # sizes and n-gram lengths that 0 would break
-
-# The range of every numeric parameter a config may set; load_config refuses values outside it
-# (a negative min_pairs used to make min_size pass). tests/test_checklist.py checks that every
-# numeric parameter has one and that the defaults lie in it.
-RANGES: dict[tuple[str, str], Range] = {
-    ("prompt_distribution", "alpha"): P_VALUE,
-    ("prompt_distribution", "max_samples"): POSITIVE,
-    ("prompt_distribution", "seed"): COUNT,
-    ("prompt_distribution", "n_permutations"): POSITIVE,
-    ("length_ratio", "max_ratio"): LENGTH_RATIO,
-    ("length_ratio", "max_violation_share"): SHARE,
-    ("agreement", "threshold"): Range(-1, 1),     # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
-    ("agreement", "max_quality_gap"): SHARE,      # Dawid-Skene qualities are accuracies
-    ("agreement", "min_annotator_quality"): SHARE,
-    ("agreement", "min_annotator_votes"): COUNT,
-    ("safety", "max_flagged_share"): SHARE,
-    ("safety", "score_threshold"): SHARE,         # a classifier's score
-    ("category_coverage", "min_share"): SHARE,
-    ("answer_leakage", "ngram"): POSITIVE,
-    ("answer_leakage", "max_overlap"): Range(0, 1, high_open=True),
-    ("answer_leakage", "min_chars"): COUNT,
-    ("label_direction", "min_agreement"): SHARE,
-    ("label_audit", "min_agreement"): SHARE,
-    ("split_isolation", "near_threshold"): SIMILARITY,
-    ("min_size", "min_pairs"): COUNT,
-    ("min_size", "min_pairs_hard"): COUNT,
-    ("sft_subset", "min_ratio"): Range(0),        # SFT rows / train pairs
-    ("annotation_guidelines", "min_chars"): COUNT,
-    ("exact_duplicates", "max_share"): SHARE,
-    ("near_duplicates", "threshold"): SIMILARITY,
-    ("near_duplicates", "num_perm"): POSITIVE,
-    ("near_duplicates", "ngram"): POSITIVE,
-    ("near_duplicates", "max_share"): SHARE,
-    ("near_duplicates", "seed"): COUNT,
-    ("gx", "max_length_ratio"): LENGTH_RATIO,
-    ("gx", "max_text_chars"): POSITIVE,
-    ("gx", "min_rows"): COUNT,
-    ("unreadable_rows", "max_share"): SHARE,
-    ("template_fit", "max_length"): POSITIVE,
-    ("template_fit", "max_offending_share"): SHARE,
-}
-
-
-def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
-    """The values a text parameter may take, from the checks that define them."""
-    from prefdata.checks import agreement, structure
-
-    return {("agreement", "level"): agreement.LEVELS, ("min_size", "kind"): structure.SIZE_KINDS,
-            ("near_duplicates", "scope"): ("pair", "prompt")}
+from prefdata.checks.base import CHECKLIST, CheckResult
+from prefdata.checks.registry import CHECKS, CheckInputs
 
 
 def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], dict[str, Any]]]]:
-    """check id -> (function, how to bind its data arguments). Imported here, not at module load."""
-    from prefdata.checks import agreement, content, dedup, direction, gx_suite, isolation, structure, template_fit
-
-    def train_and_eval(i: CheckInputs) -> dict[str, Any]:
-        train, held_out = isolation.split_train_eval(i.pairs)
-        return {"train": train, "eval_pairs": i.eval_pairs if i.eval_pairs is not None else held_out, "votes": i.votes}
-
-    return {
-        "prompt_distribution": (content.check_prompt_distribution,
-                                lambda i: {"prompts": isolation.split_train_eval(i.pairs)[0]["prompt"], "reference": i.reference_prompts}),
-        "same_policy": (structure.check_same_policy, lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage}),
-        "length_ratio": (structure.check_length_ratio, lambda i: {"pairs": i.pairs}),
-        "agreement": (agreement.check_agreement, lambda i: {"votes": i.votes}),
-        # no result unless the votes carry the dataset's labels (a label audit): never a skip
-        "label_audit": (agreement.check_label_audit, lambda i: {"votes": i.votes}),
-        "safety": (content.check_safety, lambda i: {"pairs": i.pairs}),
-        "category_coverage": (content.check_category_coverage, lambda i: {"pairs": i.pairs}),
-        "answer_leakage": (content.check_answer_leakage, lambda i: {"pairs": i.pairs}),
-        "label_direction": (direction.check_label_direction, lambda i: {"pairs": i.pairs, "verdicts": i.verdicts}),
-        "split_isolation": (isolation.check_split_isolation, train_and_eval),
-        "min_size": (structure.check_min_size, lambda i: {"pairs": i.pairs}),
-        "sft_subset": (structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft}),
-        "annotation_guidelines": (structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text}),
-        "exact_duplicates": (dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived}),
-        "near_duplicates": (dedup.check_near_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived}),
-        "degenerate_pairs": (structure.check_degenerate_pairs,
-                             lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
-                                        "lost": lost_for(i, "degenerate_pairs")}),
-        "unreadable_rows": (structure.check_unreadable_rows,
-                            lambda i: {"lost": lost_for(i, "unreadable_rows"),
-                                       "n_read": i.rows_read if i.rows_read is not None else i.pairs.height}),
-        "gx": (gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir}),
-        "template_fit": (template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer}),
-    }
+    """check id -> (function, how to bind its data arguments), in registry order (registry.CHECKS)."""
+    return {check_id: (check.function, check.bind) for check_id, check in CHECKS.items()}
 
 
 def default_config() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("prefdata.checks").joinpath("checklist.yaml").read_text())
+    return yaml.safe_load(resources.files("prefdata.checks").joinpath(CHECKLIST).read_text())
 
 
 # Configs that ship with prefdata, named instead of a path (`--config small-data`).
@@ -208,12 +58,11 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
     unknown = set(user) - {"strict", "checks"}
     if unknown:
         raise UnusableInput(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; use 'strict' and 'checks'")
-    registry = _registry()
     for check_id, params in (user.get("checks") or {}).items():
-        if check_id not in registry:
-            raise UnusableInput(f"{path}: unknown check {check_id!r}; known: {', '.join(registry)}")
+        if check_id not in CHECKS:
+            raise UnusableInput(f"{path}: unknown check {check_id!r}; known: {', '.join(CHECKS)}")
         params = params or {}
-        defaults = _parameters(registry[check_id][0])
+        defaults = _parameters(CHECKS[check_id].function)
         bad = set(params) - set(defaults) - {"waive"}
         if bad:
             raise UnusableInput(f"{path}: check {check_id!r} has no parameter {', '.join(sorted(bad))}; "
@@ -265,12 +114,12 @@ def _check_type(path: Any, check_id: str, name: str, value: Any, default: Any) -
 
 
 def _check_range(path: Any, check_id: str, name: str, value: Any) -> None:
-    """A value of the right type must also lie in its parameter's range (RANGES) or choices."""
+    """A value of the right type must also lie in its parameter's range or choices (the registry's)."""
     where = f"{path}: {check_id}.{name} = {value!r}"
-    allowed = RANGES.get((check_id, name))
+    allowed = CHECKS[check_id].ranges.get(name)
     if allowed is not None and value is not None and not allowed.admits(value):
         raise UnusableInput(f"{where} is out of range; allowed: {allowed}")
-    choices = _choices().get((check_id, name))
+    choices = CHECKS[check_id].choices.get(name)
     if choices is not None and value not in choices:
         raise UnusableInput(f"{where} is not allowed; choose one of {', '.join(choices)}")
 
@@ -310,7 +159,7 @@ def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
         from prefdata.checks import batched
 
         registry.update({c: (_defaults_of(registry[c][0], f), lambda i: {"inputs": i})
-                         for c, f in batched.registry().items()})
+                         for c, f in batched.stand_ins().items()})
     planned: list[Any] = []  # per check, in registry order: its results, a Future of them, or what runs it
     pool: ThreadPoolExecutor | None = None
     try:

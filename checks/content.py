@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prefdata.checks.base import CheckResult, skip
+from prefdata.checks.base import CheckResult, default, skip
 from prefdata.checks.frames import ids, len_bytes, row_blocks
 from prefdata.checks.ngrams import overlap_in_blocks, word_ngram_overlap  # noqa: F401 - word_ngram_overlap: public here too
 from prefdata.checks.tfidf import FEATURE_DIM, NGRAM_SIZES, tfidf_matrix, top_ngrams
@@ -41,13 +41,15 @@ COVERAGE_ID = "category_coverage"
 LEAKAGE_ID = "answer_leakage"
 DISTRIBUTION_ID = "prompt_distribution"
 
-# Defaults, with the checklist item each comes from (the seed gives no numbers for 1, 6 and 7).
-SAFETY_MAX_FLAGGED_SHARE = 0.0  # item 5 "拒绝政治 / 色情 / 极端样本": reject such samples, so no counted row
-COVERAGE_MIN_SHARE = 0.05  # item 6: all three dimensions present; 5% each is our floor for "present"
+# Defaults, with the checklist item each comes from (the seed gives no numbers for 1, 6 and 7); those
+# checks/checklist.yaml names are set there (base.default).
+SAFETY_MAX_FLAGGED_SHARE = default("safety", "max_flagged_share")  # item 5 "拒绝政治 / 色情 / 极端样本": reject such samples, so no counted row (0)
+COVERAGE_MIN_SHARE = default("category_coverage", "min_share")  # item 6: all three dimensions present; 5% each is our floor for "present"
 LEAKAGE_NGRAM = 8  # item 7 "prompt 中无泄漏的标准答案": 8 words in a row is copying, not shared phrasing
 LEAKAGE_MAX_OVERLAP = 0.5  # item 7: more than half of an answer's 8-grams in its prompt is a leak
 LEAKAGE_MIN_CHARS = 20  # item 7: shorter answers ("Yes.", "?") match chat histories by chance
-DISTRIBUTION_ALPHA = 0.01  # item 1 "prompt 分布与上线分布一致": fail only on clear evidence of a shift
+DISTRIBUTION_ALPHA = default("prompt_distribution", "alpha")  # item 1 "prompt 分布与上线分布一致": fail only on clear evidence of a shift (0.01)
+DISTRIBUTION_MAX_SAMPLES = default("prompt_distribution", "max_samples")
 
 # ---------------------------------------------------------------------------------------------
 # item 5: safety
@@ -56,7 +58,7 @@ DISTRIBUTION_ALPHA = 0.01  # item 1 "prompt 分布与上线分布一致": fail o
 SAFETY_SEVERITIES = ("unsafe", "sensitive")  # most to least severe; a lexicon category names one
 # item 5 read as "harmful samples": a geography answer naming a parliament, a question about a
 # religion or a sexual-health word is a topic, not harm, so only `unsafe` rows count by default.
-SAFETY_FAIL_ON = ("unsafe",)
+SAFETY_FAIL_ON = tuple(default("safety", "fail_on"))  # ("unsafe",)
 LEXICON_RESOURCE = "safety_lexicon.yaml"
 # Model labels that mean "nothing to flag" (compared case-insensitively). LABEL_0 is the usual
 # negative class of an unnamed binary classifier; pass `safe_labels` / `label_map` for anything else.
@@ -748,7 +750,7 @@ def check_prompt_distribution(
     prompts: pl.Series,
     reference: pl.Series | None,
     alpha: float = DISTRIBUTION_ALPHA,
-    max_samples: int = 2000,
+    max_samples: int = DISTRIBUTION_MAX_SAMPLES,
     seed: int = 0,
     n_permutations: int = 1000,
 ) -> CheckResult:

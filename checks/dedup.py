@@ -32,7 +32,7 @@ import polars as pl
 
 from prefdata.data import records
 
-from .base import CheckResult, skip
+from .base import CheckResult, default, skip
 from .frames import BLOCK_BYTES, len_bytes, row_blocks
 
 # the engine; its public names (and the tunables tests shrink) are re-exported here
@@ -49,7 +49,9 @@ from .minhash import (  # noqa: F401
 # and the Pile's MinHash dedup is cited for the same range (those two not re-checked here). Any
 # duplicate fails by default (share threshold 0.0): dedup is one of the seed's three filters,
 # "去重 + 长度过滤" (dedup + length filtering).
-DEFAULT_JACCARD = 0.8
+DEFAULT_JACCARD = default("near_duplicates", "threshold")  # set in checks/checklist.yaml, as are these two
+DEFAULT_SCOPE = default("near_duplicates", "scope")
+FAIL_ON_REPEATED_PROMPTS = default("exact_duplicates", "fail_on_repeated_prompts")
 DEFAULT_MAX_SHARE = 0.0
 MAX_SAMPLE_CLUSTERS = 20
 MAX_SAMPLE_MEMBERS = 20
@@ -215,7 +217,7 @@ def check_exact_duplicates(
     pairs: pl.DataFrame,
     *,
     max_share: float = DEFAULT_MAX_SHARE,
-    fail_on_repeated_prompts: bool = False,
+    fail_on_repeated_prompts: bool = FAIL_ON_REPEATED_PROMPTS,
     derived: dict | None = None,
 ) -> CheckResult:
     """Repeated pairs (same normalised prompt, chosen and rejected) and repeated prompts.
@@ -333,7 +335,7 @@ def check_near_duplicates(
     threshold: float = DEFAULT_JACCARD,
     num_perm: int = DEFAULT_NUM_PERM,
     ngram: int = DEFAULT_NGRAM,
-    scope: Literal["prompt", "pair"] = "pair",
+    scope: Literal["prompt", "pair"] = DEFAULT_SCOPE,
     *,
     max_share: float = DEFAULT_MAX_SHARE,
     seed: int = 0,

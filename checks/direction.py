@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from prefdata.checks.base import CheckResult, skip
+from prefdata.checks.base import CheckResult, default, skip
 from prefdata.checks.frames import has_text, text_chars
 
 CHECK_ID = "label_direction"
 # Seed checklist item 8; 0.6 is the same floor the seed uses for agreement (item 4).
-DEFAULT_MIN_AGREEMENT = 0.6
+DEFAULT_MIN_AGREEMENT = default("label_direction", "min_agreement")  # set in checks/checklist.yaml
 VERDICTS = ("chosen", "rejected", "tie")
 
 

@@ -4,11 +4,13 @@ Row-local checks judge each row on its own, so each partition runs the very same
 (`prefdata.checks.*`) on its rows and the results combine as the shard-by-shard run's do
 (checks/batched.py `combine`): the offending ids in partition order (= frame order), metric =
 offending rows / rows, the status from the same threshold rule, details merged (counts summed, the
-check's parameters as given), and the message the check's own message function (MESSAGES) builds
-from the merged details: the in-memory run's message. `length_ratio`, `degenerate_pairs` (without
-comparisons), `answer_leakage` and `safety` (the lexicon) are such checks. What the merged details
-cannot give as one process does: each partition's first examples (not the first overall), and
-length_ratio's `median_ratio` / `p95_ratio`, left out (`structure.length_ratio_merged`).
+check's parameters as given), and the message the check's own message function (its registry
+`merge`) builds from the merged details: the in-memory run's message. ROW_LOCAL are the registry's
+row-local checks that need nothing but the pairs (checks/registry.py): `length_ratio`,
+`degenerate_pairs` (without comparisons), `answer_leakage` and `safety` (the lexicon); template_fit
+needs the trainer's tokenizer, which a Dask run has not. What the merged details cannot give as one
+process does: each partition's first examples (not the first overall), and length_ratio's
+`median_ratio` / `p95_ratio`, left out (`structure.length_ratio_merged`).
 
 Exact duplicates need a shuffle: every row's normalised pair (`records.normalise_series` of prompt,
 chosen and rejected, joined by newlines, which normalised text cannot contain) is hashed to 64 bits
@@ -28,44 +30,21 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prefdata.base.targets import load_target
-
 from .base import CheckResult, skip
 from .batched import combine
+from .dedup import DEFAULT_MAX_SHARE
+from .registry import CHECKS, CheckInputs
 
-# check id -> (module, function) of the row-local checks
-ROW_LOCAL: dict[str, tuple[str, str]] = {
-    "length_ratio": ("prefdata.checks.structure", "check_length_ratio"),
-    "degenerate_pairs": ("prefdata.checks.structure", "check_degenerate_pairs"),
-    "answer_leakage": ("prefdata.checks.content", "check_answer_leakage"),
-    "safety": ("prefdata.checks.content", "check_safety"),
-}
-# check id -> (its message function, what recomputes its details after the merge or None), in its module
-MESSAGES: dict[str, tuple[str, str | None]] = {
-    "length_ratio": ("length_ratio_message", "length_ratio_merged"),
-    "degenerate_pairs": ("degenerate_message", None),
-    "answer_leakage": ("leakage_message", None),
-    "safety": ("safety_message", None),
-}
+# the row-local checks a partition of pairs is enough for (the registry's traits)
+ROW_LOCAL = tuple(c for c, check in CHECKS.items() if check.row_local and not check.needs)
 EXACT_ID = "exact_duplicates"
 
 
-def _check_function(check_id: str):
-    """The row-local check's function, through the project's one "module:function" loader."""
-    module, name = ROW_LOCAL[check_id]
-    return load_target(f"{module}:{name}", what=f"check {check_id!r}")
-
-
-def _in_module(check_id: str, name: str):
-    """A function of the row-local check's module (its message function...), by name."""
-    module, _ = ROW_LOCAL[check_id]
-    return load_target(f"{module}:{name}", what=f"check {check_id!r}'s {name}")
-
-
 def _partition_verdict(part: Any, check_id: str, params: dict[str, Any]) -> tuple[int, CheckResult]:
-    """One partition: (rows, the check's own result on these rows)."""
+    """One partition: (rows, the check's own result on these rows, bound as the registry binds it)."""
     frame = pl.from_pandas(part) if not isinstance(part, pl.DataFrame) else part
-    result = _check_function(check_id)(frame, **params)
+    check = CHECKS[check_id]
+    result = check.function(**check.bind(CheckInputs(pairs=frame)), **params)
     return frame.height, result
 
 
@@ -77,11 +56,9 @@ def _combine(check_id: str, parts: list[tuple[int, CheckResult]]) -> CheckResult
     results = [result for rows, result in parts if rows]
     if n == 0 or not results:
         return skip(check_id, "no rows")
-    message, derive = MESSAGES[check_id]
-    function = _check_function(check_id)
-    combined = combine(check_id, results, n, _in_module(check_id, message),
-                       tuple(inspect.signature(function).parameters),
-                       _in_module(check_id, derive) if derive else None)
+    check = CHECKS[check_id]
+    combined = combine(check_id, results, n, check.merge.message, tuple(inspect.signature(check.function).parameters),
+                       check.merge.derive)
     if combined.status in ("error", "skip"):  # a partition's own result, as it gave it
         return combined
     details = {k: v for k, v in combined.details.items() if k != "shards"}
@@ -114,7 +91,7 @@ def _later_copies(part: Any) -> Any:
     return part.loc[part["row"] != first, ["row", "id"]]
 
 
-def exact_duplicates(ddf: Any, *, max_share: float = 0.0) -> CheckResult:
+def exact_duplicates(ddf: Any, *, max_share: float = DEFAULT_MAX_SHARE) -> CheckResult:
     """`check_exact_duplicates` (repeated pairs; repeated prompts are not failed) over a Dask DataFrame."""
     import dask
     import dask.dataframe as dd
@@ -162,7 +139,7 @@ def run_distributed(ddf: Any, config: dict[str, Any] | None = None,
     results = {c: _combine(c, list(computed[c])) for c in row_local}
     if EXACT_ID in wanted:
         exact = _params(checks.get(EXACT_ID))
-        results[EXACT_ID] = exact_duplicates(ddf, max_share=exact.get("max_share", 0.0))
+        results[EXACT_ID] = exact_duplicates(ddf, max_share=exact.get("max_share", DEFAULT_MAX_SHARE))
     return [results[c] for c in wanted]
 
 

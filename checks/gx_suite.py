@@ -43,11 +43,12 @@ from typing import Any
 
 import polars as pl
 
-from prefdata.checks.base import CheckResult
+from prefdata.checks.base import CheckResult, default
 from prefdata.checks.frames import has_text, text_chars
 
 CHECK_PREFIX = "gx"
-DEFAULT_MAX_LENGTH_RATIO = 2.0
+DEFAULT_MAX_LENGTH_RATIO = default("gx", "max_length_ratio")  # set in checks/checklist.yaml: length_ratio's
+DEFAULT_MIN_ROWS = default("gx", "min_rows")
 DEFAULT_MAX_TEXT_CHARS = 1_048_576
 # Ratio for a pair with an empty side: "infinitely" lopsided, but a finite float so GX results,
 # JSON and plots stay well-formed. Far above any real ratio (max_text_chars / 1 is ~1e6).
@@ -220,7 +221,7 @@ def run_expectations(
     *,
     max_length_ratio: float = DEFAULT_MAX_LENGTH_RATIO,
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    min_rows: int = 1,
+    min_rows: int = DEFAULT_MIN_ROWS,
     categories: list[str] | None = None,
     docs_dir: Path | None = None,
 ) -> list[CheckResult]:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import polars as pl
 
-from prefdata.checks.base import CheckResult, skip
-from prefdata.checks.dedup import DEFAULT_JACCARD, find_near_duplicates
+from prefdata.checks.base import CheckResult, default, skip
+from prefdata.checks.dedup import find_near_duplicates
 
 CHECK_ID = "split_isolation"
 EVAL_SPLITS = ("test", "eval", "evaluation", "validation", "valid", "dev")
@@ -41,7 +41,7 @@ def check_split_isolation(
     train: pl.DataFrame,
     eval_pairs: pl.DataFrame | None,
     votes: pl.DataFrame | None = None,
-    near_threshold: float = DEFAULT_JACCARD,
+    near_threshold: float = default("split_isolation", "near_threshold"),
 ) -> CheckResult:
     """Offending = eval rows whose prompt is also in train (exactly, or at Jaccard >= near_threshold),
     or that were labelled by an annotator or come from a source that train also has."""

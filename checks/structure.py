@@ -31,20 +31,22 @@ import polars as pl
 from prefdata.data.card import GUIDELINE_SECTIONS, PLACEHOLDER, sections, strip_front_matter
 from prefdata.data.records import normalise_expr
 
-from .base import CheckResult, skip
+from .base import CheckResult, default, skip
 from .frames import has_text, ids, text_chars
 
+# Defaults are set in checks/checklist.yaml (base.default); why each is what it is:
 # Item 3: "chosen / rejected 长度比 ≤ 2" -- the longer side at most twice the shorter.
-DEFAULT_MAX_LENGTH_RATIO = 2.0
+DEFAULT_MAX_LENGTH_RATIO = default("length_ratio", "max_ratio")
 # Item 3 states a hard bound, so by default no pair may exceed it.
-DEFAULT_MAX_LENGTH_VIOLATION_SHARE = 0.0
+DEFAULT_MAX_LENGTH_VIOLATION_SHARE = default("length_ratio", "max_violation_share")
 # Item 10: "训练集 ≥ 10k(下限),推理 / 安全场景 ≥ 50k".
-DEFAULT_MIN_PAIRS = 10_000  # item 10: general lower bound
-DEFAULT_MIN_PAIRS_HARD = 50_000  # item 10: reasoning / safety
+DEFAULT_MIN_PAIRS = default("min_size", "min_pairs")  # item 10: general lower bound (10k)
+DEFAULT_MIN_PAIRS_HARD = default("min_size", "min_pairs_hard")  # item 10: reasoning / safety (50k)
 SIZE_KINDS = ("general", "reasoning", "safety")
+DEFAULT_SIZE_KIND = default("min_size", "kind")
 # Item 11 asks for a chosen-only SFT subset mixed into training (against the alignment tax) but
 # names no size; 0.2 x the train pairs is this project's default, not the seed's.
-DEFAULT_MIN_SFT_RATIO = 0.2
+DEFAULT_MIN_SFT_RATIO = default("sft_subset", "min_ratio")
 # Item 12: annotation guidelines / rubric / edge cases recorded in the README. The seed gives no
 # length; 40 characters is about one real sentence, enough to tell text from a stub.
 DEFAULT_MIN_GUIDELINE_CHARS = 40
@@ -378,7 +380,8 @@ def degenerate_message(details: dict[str, Any], n_offending: int, n_rows: int, t
     return message
 
 
-def check_unreadable_rows(lost: pl.DataFrame | None, n_read: int, max_share: float = 0.0) -> CheckResult:
+def check_unreadable_rows(lost: pl.DataFrame | None, n_read: int,
+                          max_share: float = default("unreadable_rows", "max_share")) -> CheckResult:
     """Rows of the input that reading it left out, for a reason no other check counts (a broken
     line, a missing or wrong-typed field, a vote for an unknown pair...): `lost` has their `id`
     (the row's own id, else FILE:ROW) and `reason`; `n_read` is the number of rows read. Nothing is
@@ -586,7 +589,7 @@ def check_min_size(
     pairs: pl.DataFrame,
     min_pairs: int = DEFAULT_MIN_PAIRS,
     min_pairs_hard: int = DEFAULT_MIN_PAIRS_HARD,
-    kind: str = "general",
+    kind: str = DEFAULT_SIZE_KIND,
 ) -> CheckResult:
     """Checklist item 10: at least `min_pairs` train pairs, `min_pairs_hard` for reasoning or safety
     data. Counts rows whose `split` is "train" or null (all rows without a split column).

@@ -34,13 +34,14 @@ from typing import Any
 
 import polars as pl
 
-from .base import CheckResult, skip
+from .base import CheckResult, default, skip
 
 CHECK_ID = "template_fit"
-# TRL 1.16's DPOConfig.max_length default: what a pair is cut at when the config says nothing.
-DEFAULT_MAX_LENGTH = 1024
+# Defaults set in checks/checklist.yaml (base.default). max_length: TRL 1.16's DPOConfig.max_length
+# default (1024), what a pair is cut at when the config says nothing.
+DEFAULT_MAX_LENGTH = default(CHECK_ID, "max_length")
 # A pair the trainer mangles is a silent bug, not noise to tolerate: by default none may offend.
-DEFAULT_MAX_OFFENDING_SHARE = 0.0
+DEFAULT_MAX_OFFENDING_SHARE = default(CHECK_ID, "max_offending_share")
 BATCH = 1024  # texts per tokenizer call: a fast tokenizer parallelises inside a batch
 PROBLEMS = ("truncated", "doubled_bos", "missing_eos", "prompt_not_prefix")  # a pair's problems, in this order
 HOW_TO_RUN = "no tokenizer given: run `prefdata check DATA --tokenizer MODEL_DIR [--max-length N]`"

@@ -287,17 +287,18 @@ def test_negative_min_pairs_exits_2_with_one_line(tmp_path):
 
 
 def test_every_tunable_number_has_a_range_and_the_defaults_lie_in_it():
-    from prefdata.checks.checklist import RANGES, _parameters, _registry
+    from prefdata.checks.checklist import _parameters
+    from prefdata.checks.registry import CHECKS
 
     config = load_config()
-    for check_id, (function, _) in _registry().items():
-        for name, default in _parameters(function).items():
+    for check_id, check in CHECKS.items():
+        for name, default in _parameters(check.function).items():
             if isinstance(default, (int, float)) and not isinstance(default, bool):
-                assert (check_id, name) in RANGES, f"{check_id}.{name} has no range"
-                assert RANGES[check_id, name].admits(default), (check_id, name, default)
+                assert name in check.ranges, f"{check_id}.{name} has no range"
+                assert check.ranges[name].admits(default), (check_id, name, default)
         for name, value in (config["checks"].get(check_id) or {}).items():
-            if (check_id, name) in RANGES:
-                assert RANGES[check_id, name].admits(value), (check_id, name, value)
+            if name in check.ranges:
+                assert check.ranges[name].admits(value), (check_id, name, value)
 
 
 def test_lost_rows_are_named_by_their_own_id_unless_a_kept_row_has_it(tmp_path):

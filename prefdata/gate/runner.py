@@ -202,13 +202,13 @@ def _left_out(result, votes: Path | None) -> dict[str, dict[str, int]]:
 
 
 def plots_for(inputs, results) -> dict[str, Any]:
-    from prefdata.checks.structure import length_ratios
+    from prefdata.checks.structure import DEFAULT_MAX_LENGTH_RATIO, length_ratios
 
     by_id = {r.id: r for r in results}
     ratios = length_ratios(inputs.pairs).to_numpy()
     plots: dict[str, Any] = {"length_ratios": ratios[ratios < float("inf")].tolist()}
     if "length_ratio" in by_id:
-        plots["max_length_ratio"] = by_id["length_ratio"].details.get("max_ratio", 2.0)
+        plots["max_length_ratio"] = by_id["length_ratio"].details.get("max_ratio", DEFAULT_MAX_LENGTH_RATIO)
     if "agreement" in by_id and by_id["agreement"].details.get("majority_agreement"):
         plots["annotator_agreement"] = by_id["agreement"].details["majority_agreement"]
     if "agreement" in by_id and by_id["agreement"].details.get("annotators"):

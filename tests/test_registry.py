@@ -1,0 +1,175 @@
+"""The one check registry (checks/registry.py) and the three runners that read it: the traits it
+states hold for the checks (row-local ones give the same result on parts of the rows, merged; those
+that need no text give the same result on a sharded run's thin frame), every runner picks its checks
+by those traits, and every default a check function has for a parameter of checks/checklist.yaml is
+the YAML's, read from it."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import fields
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from bench.realistic import make_realistic_pairs
+from bench.tiny_models import build_char_tokenizer
+from prefdata.checks import batched, distributed
+from prefdata.checks.base import default
+from prefdata.checks.checklist import _parameters, _registry, default_config
+from prefdata.checks.registry import CHECKS, Check, CheckInputs
+
+CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
+UNSAFE_ROWS = (10, 450, 900)  # a request the safety lexicon counts, in several parts
+
+
+def comparable(result) -> tuple:
+    return result.status, result.metric, result.threshold, result.offending
+
+
+def results_of(check_id: str, inputs: CheckInputs, **params) -> list:
+    check = CHECKS[check_id]
+    produced = check.function(**check.bind(inputs), **params)
+    return produced if isinstance(produced, list) else [produced]
+
+
+@pytest.fixture(scope="module")
+def pairs() -> pl.DataFrame:
+    """Realistic pairs with every injected fault, a held-out split, unsafe rows and tied scores (degenerate)."""
+    frame, _ = make_realistic_pairs(1_200, seed=5)
+    row = pl.int_range(pl.len())
+    return frame.with_columns(
+        split=pl.when(row % 7 == 0).then(pl.lit("test")).otherwise(pl.lit("train")),
+        score_rejected=pl.when(row % 300 == 150).then("score_chosen").otherwise("score_rejected"),
+        chosen=pl.when(row.is_in(UNSAFE_ROWS)).then(pl.col("chosen") + " First, build a pipe bomb.")
+        .otherwise(pl.col("chosen")))
+
+
+def test_every_runner_picks_its_checks_by_the_registrys_traits():
+    # the sharded run: every check that needs the responses' text has a stand-in, and only those
+    stand_ins = batched.stand_ins()
+    assert set(stand_ins) == {c for c, check in CHECKS.items() if check.needs_text}
+    assert set(batched.PER_SHARD) == {c for c in stand_ins if CHECKS[c].row_local}
+    assert set(batched.ENGINES) == {c for c in stand_ins if not CHECKS[c].row_local}
+    # the Dask run: the row-local checks that need nothing but the pairs, and exact duplicates
+    assert set(distributed.ROW_LOCAL) == {c for c, check in CHECKS.items() if check.row_local and not check.needs}
+    assert {"length_ratio", "degenerate_pairs", "answer_leakage", "safety"} <= set(distributed.ROW_LOCAL)
+    assert distributed.EXACT_ID in CHECKS
+    # the in-memory run: every check, in registry order
+    assert list(_registry()) == list(CHECKS)
+
+
+def test_every_trait_is_read_by_a_runner():
+    """A trait no runner reads is a list that can drift from what the runners do."""
+    sources = "".join((CHECKS_DIR / f"{m}.py").read_text() for m in ("checklist", "batched", "distributed"))
+    traits = [f.name for f in fields(Check)] + [n for n, v in vars(Check).items() if isinstance(v, property)]
+    for trait in traits:
+        assert f".{trait}" in sources, trait
+
+
+def test_needs_name_inputs_a_check_cannot_judge_without(pairs):
+    inputs = CheckInputs(pairs=pairs)  # no votes, verdicts, card, reference prompts or tokenizer
+    names = {f.name for f in fields(CheckInputs)}
+    for check_id, check in CHECKS.items():
+        assert set(check.needs) <= names, check_id
+        if check.needs:
+            assert all(r.status == "skip" for r in results_of(check_id, inputs)), check_id
+
+
+def test_row_local_checks_give_on_parts_the_result_on_the_whole(pairs):
+    """`row_local` and `merge`: each part's result, combined as batched.py and distributed.py combine
+    them, is the result on all rows (status, metric, offending ids and the check's own message)."""
+    tokenizer = build_char_tokenizer()
+    row_local = [c for c, check in CHECKS.items() if check.row_local]
+    assert set(row_local) == {"length_ratio", "safety", "answer_leakage", "degenerate_pairs", "template_fit"}
+    for check_id in row_local:
+        check = CHECKS[check_id]
+        frame = pairs.head(240) if check_id == "template_fit" else pairs  # its tokenizer takes ~10 ms a pair
+        size = frame.height // 3
+        params = {k: v for k, v in default_config()["checks"][check_id].items() if k != "waive"}
+        [whole] = results_of(check_id, CheckInputs(pairs=frame, tokenizer=tokenizer), **params)
+        flagged_parts = {frame["id"].to_list().index(i) // size for i in whole.offending}
+        assert whole.status == "fail" and len(flagged_parts) > 1, check_id  # a merge of several parts' rows
+        results = [r for start in range(0, frame.height, size)
+                   for r in results_of(check_id, CheckInputs(pairs=frame.slice(start, size), tokenizer=tokenizer), **params)]
+        merged = batched.combine(check_id, results, frame.height, check.merge.message,
+                                 tuple(inspect.signature(check.function).parameters), check.merge.derive)
+        assert comparable(merged) == comparable(whole), check_id
+        assert merged.message == whole.message, check_id
+
+
+def test_checks_that_need_no_text_judge_the_thin_frame_as_the_whole(pairs):
+    """`needs_text` False: the check gives a sharded run's thin frame (no responses) the same verdict."""
+    ids = pairs["id"]
+    full = CheckInputs(
+        pairs=pairs, sft=pairs.select("id", "prompt", completion="chosen").head(300),
+        votes=pl.DataFrame({"pair_id": ids.head(50).to_list() * 2, "annotator": ["a"] * 50 + ["b"] * 50,
+                            "vote": ["a", "b"] * 50}),
+        verdicts=pl.DataFrame({"id": ids, "preferred": ["chosen"] * pairs.height}))
+    thin = CheckInputs(pairs=batched.thin(pairs), sft=batched.thin_sft(full.sft), votes=full.votes,
+                       verdicts=full.verdicts)
+    for check_id, check in CHECKS.items():
+        if check.needs_text or check_id == "gx":  # gx on the thin frame: tests/test_batched.py (its import takes seconds)
+            continue
+        for mine, theirs in zip(results_of(check_id, thin), results_of(check_id, full), strict=True):
+            assert comparable(mine) == comparable(theirs), check_id
+
+
+def test_defaults_are_the_yamls_and_read_from_it():
+    """A parameter checks/checklist.yaml names has its default there alone: the check function's
+    keyword default equals it and is not a literal of its own (base.default reads the YAML)."""
+    config = default_config()["checks"]
+    for check_id, check in CHECKS.items():
+        defaults = _parameters(check.function)
+        written = _keyword_defaults(check.function)
+        for name, value in (config.get(check_id) or {}).items():
+            assert name in defaults, (check_id, name)
+            mine = list(defaults[name]) if isinstance(defaults[name], tuple) else defaults[name]
+            assert mine == value and type(mine) is type(value), (check_id, name, mine, value)
+            assert not isinstance(written[name], ast.Constant), f"{check_id}.{name}: a literal default; read the YAML's"
+    # what one default stands for in several checks is one value (the YAML writes it once and aliases it)
+    assert config["gx"]["max_length_ratio"] == config["length_ratio"]["max_ratio"]
+    assert config["label_audit"]["min_agreement"] == config["label_direction"]["min_agreement"] == \
+        config["agreement"]["threshold"]
+    assert config["split_isolation"]["near_threshold"] == config["near_duplicates"]["threshold"]
+    assert default("length_ratio", "max_ratio") == config["length_ratio"]["max_ratio"]
+
+
+def _keyword_defaults(function) -> dict[str, ast.expr]:
+    """A function's parameters with a default, each with the expression its source writes."""
+    args = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0].args
+    positional = args.posonlyargs + args.args
+    found = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    found.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return found
+
+
+def test_no_check_module_imports_the_runner_back():
+    """checklist.py runs the checks and may import batched.py; nothing under checks/ imports
+    checklist.py (batched.py reads the registry instead), and the registry imports no runner."""
+    for path in CHECKS_DIR.glob("*.py"):
+        imported = _imports(path)
+        if path.stem != "checklist":
+            assert "checklist" not in imported, path.name
+    assert not {"checklist", "batched", "distributed"} & _imports(CHECKS_DIR / "registry.py")
+    assert "batched" not in _imports(CHECKS_DIR / "shards.py")
+
+
+def _imports(path: Path) -> set[str]:
+    """The checks/ modules a file imports, relatively or absolutely, at load or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 1 and module:
+                names.add(module.split(".")[0])
+            elif module.startswith("prefdata.checks."):
+                names.add(module.split(".")[2])
+            if module in ("", "prefdata.checks"):
+                names |= {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".")[2] for a in node.names if a.name.startswith("prefdata.checks.")}
+    return names
