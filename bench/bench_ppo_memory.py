@@ -81,7 +81,7 @@ def build_models(root: Path, hidden: int, layers: int, vocab: int | None = None)
     tok.save_pretrained(root / "policy")
     LlamaForSequenceClassification(cfg).save_pretrained(root / "rm")
     tok.save_pretrained(root / "rm")
-    # A LoRA reward model on the policy's base, laid out as `prefdata train rm` leaves it (trainers/common.py
+    # A LoRA reward model on the policy's base, laid out as `prefdata train rm` leaves it (trainers/run.py
     # save_merged): the merged classifier in the folder, the adapter (with its score head) under adapter/.
     from peft import LoraConfig, get_peft_model
 

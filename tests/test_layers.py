@@ -1,10 +1,13 @@
-"""The layers of docs/architecture.md hold: every module imports alone, no two modules import each
-other, and the library below the flows never imports Prefect or the flows."""
+"""The layers of docs/architecture.md hold. Its table is the rule: every module of the repository is
+listed in the row of its layer, and every import a module makes, at load or inside a function,
+relative or absolute, goes to its own layer or to one the row says it may import. No two modules
+import each other; Prefect stays in the flows and the commands."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # source folder -> the package it installs as (pyproject.toml's package-dir)
 PACKAGES = {"prefdata": "prefdata", "checks": "prefdata.checks", "trainers": "prefdata.trainers", "flows": "prefdata.flows"}
+ROOT = "prefdata"  # prefdata/__init__.py: the version, nothing else; any layer may read it
 
 
 def project_modules() -> dict[str, Path]:
@@ -26,9 +30,36 @@ def project_modules() -> dict[str, Path]:
     return found
 
 
-def imported_at_load(path: Path) -> set[str]:
-    """The modules a file imports when it loads, `if TYPE_CHECKING:` blocks included (a type-only
-    import is still a dependency), imports inside functions not (they run later, on use)."""
+def imports_of(name: str, source: str, modules: set[str]) -> set[str]:
+    """The project modules a module's source imports, at load or inside a function: `import a.b`,
+    `from a import b` (b itself when it is a module), relative imports resolved against `name`.
+    A name that is not a module counts as the nearest module above it (`from a.b import f` -> a.b).
+    Other libraries are left out."""
+    package = name if f"{name}.__init__" in modules or any(m.startswith(name + ".") for m in modules) else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            targets = [f"{origin}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def imported_libraries_at_load(path: Path) -> set[str]:
+    """Top-level names of the libraries a file imports when it loads, `if TYPE_CHECKING:` blocks
+    included, imports inside functions not (they run on use)."""
     names: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -36,25 +67,58 @@ def imported_at_load(path: Path) -> set[str]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
             if isinstance(child, ast.Import):
-                names.update(alias.name for alias in child.names)
+                names.update(alias.name.split(".")[0] for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                names.add(child.module)
-                names.update(f"{child.module}.{alias.name}" for alias in child.names)
+                names.add(child.module.split(".")[0])
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
     return names
 
 
-def imported_anywhere(path: Path) -> set[str]:
-    """Every module a file may import, at load or inside a function."""
+def imported_libraries_anywhere(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+            names.add(node.module.split(".")[0])
     return names
+
+
+def layer_table() -> list[dict]:
+    """docs/architecture.md's table: per layer, its folder, its modules and what it may import,
+    each cell's `backticked` names."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The layers", 1)[1]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 4 or cells[0] in ("layer", "---"):
+            continue
+        names = [re.findall(r"`([^`]+)`", c) for c in cells]
+        rows.append({"layer": names[0][0], "folder": names[1][0].rstrip("/"), "modules": set(names[2]),
+                     "may_import": set(names[3])})
+    return rows
+
+
+def package_of(row: dict) -> str:
+    folder = row["folder"]
+    for source, package in PACKAGES.items():
+        if folder == source:
+            return package
+    return folder.replace("/", ".")
+
+
+def layers_by_module(rows: list[dict], modules: dict[str, Path]) -> dict[str, str]:
+    """module -> its layer, by the folder it lives in."""
+    packages = {package_of(row): row["layer"] for row in rows}
+    found = {}
+    for name in modules:
+        owners = [p for p in packages if name == p or name.startswith(p + ".")]
+        if owners:
+            found[name] = packages[max(owners, key=len)]
+    return found
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -80,15 +144,121 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    names = set(modules) | {f"{n}.__init__" for n, p in modules.items() if p.name == "__init__.py"}
+    graph = {}
+    for name, path in modules.items():
+        found = imports_of(name, path.read_text(encoding="utf-8"), names)
+        # importing a.b.c loads the packages a and a.b first: their __init__ is no edge of its own
+        graph[name] = {m for m in found if not name.startswith(m + ".")}
+    return graph
+
+
+# -- the tools above, on code written to trip them ----------------------------------------------
+
+def test_every_kind_of_import_is_counted():
+    modules = {"prefdata", "prefdata.data", "prefdata.data.store", "prefdata.data.records", "prefdata.gate",
+               "prefdata.gate.runner", "prefdata.gate.report", "prefdata.base", "prefdata.base.errors"}
+    source = (
+        "from prefdata.data import store\n"          # a module named by from-import
+        "from . import report\n"                      # relative, a sibling
+        "from ..base.errors import UnusableInput\n"  # relative, a name inside a module
+        "def f():\n"
+        "    import prefdata.data.records as r\n"   # inside a function
+        "import numpy\n"                              # another library: not ours
+    )
+    assert imports_of("prefdata.gate.runner", source, modules) == {
+        "prefdata.data.store", "prefdata.gate.report", "prefdata.base.errors", "prefdata.data.records"}
+    assert imports_of("prefdata.gate.runner", "from prefdata import __version__\n", modules) == {"prefdata"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_two_modules_import_each_other_at_load():
+# -- the rules ------------------------------------------------------------------------------------
+
+def test_the_table_lists_every_module_in_its_folder():
+    """docs/architecture.md matches the code: each row's modules are exactly those in its folder."""
+    rows = layer_table()
     modules = project_modules()
-    graph = {name: {m for m in imported_at_load(path) if m in modules and m != name} for name, path in modules.items()}
+    assert {r["layer"] for r in rows} >= {"base", "models", "data", "checks", "collect", "gate", "trainers", "flows",
+                                          "commands"}
+    for row in rows:
+        package = package_of(row)
+        on_disk = {n[len(package) + 1:] for n in modules if n.startswith(package + ".")}
+        # a sub-package of another layer (prefdata.data inside prefdata) is that layer's, not this one's
+        on_disk = {m for m in on_disk if not any(package_of(other).startswith(f"{package}.{m.split('.')[0]}")
+                                                  for other in rows if other is not row)}
+        assert row["modules"] == on_disk, f"{row['layer']}: table {sorted(row['modules'])}, folder {sorted(on_disk)}"
+    owned = layers_by_module(rows, modules)
+    assert set(modules) - set(owned) - {ROOT} == set(), "modules in no layer"
+
+
+def test_every_import_goes_to_a_layer_its_row_allows():
+    rows = {r["layer"]: r for r in layer_table()}
+    modules = project_modules()
+    layer_of = layers_by_module(list(rows.values()), modules)
+    packages = {layer: package_of(row) for layer, row in rows.items()}
+    broken = {}
+    for name, targets in import_graph().items():
+        if name == ROOT:
+            continue
+        mine = layer_of[name]
+        allowed = rows[mine]["may_import"]
+        if "everything" in allowed:
+            continue
+        for target in targets:
+            theirs = layer_of.get(target)
+            if target == ROOT or theirs == mine or theirs in allowed:
+                continue
+            relative = target[len(packages[theirs]) + 1:] if theirs else target
+            if f"{theirs}.{relative}" in allowed:  # one module of a layer, named in the row
+                continue
+            broken.setdefault(name, []).append(target)
+    assert broken == {}
+
+
+def test_no_two_modules_import_each_other_even_inside_a_function():
+    graph = import_graph()
     assert cycle(graph) is None, "import cycle: " + " -> ".join(cycle(graph))
+
+
+def test_the_root_module_holds_only_the_version():
+    assert import_graph()[ROOT] == set()
+
+
+def test_collection_steps_never_touch_the_store():
+    """Sampling, pairing and judging take and return records; only collection writes a draft."""
+    graph = import_graph()
+    for step in ("sampling", "pairing", "judging", "routing"):
+        assert "prefdata.data.store" not in graph[f"prefdata.collect.{step}"], step
+
+
+def test_prefect_stays_in_the_flows_and_the_commands():
+    """Flows only wire: the library below them works without Prefect."""
+    rows = layer_table()
+    layer_of = layers_by_module(rows, project_modules())
+    offenders = sorted(name for name, path in project_modules().items()
+                       if layer_of.get(name) not in ("flows", "commands") and "prefect" in imported_libraries_anywhere(path))
+    assert offenders == []
+
+
+# The modules that import a heavy library when they load: the trainer methods (the registry loads a
+# method's module only when it runs) and the flows (Prefect). `prefdata --help` loads none of them
+# (tests/test_cli.py).
+HEAVY = {"torch", "trl", "transformers", "peft", "accelerate", "datasets", "great_expectations", "prefect", "vllm",
+         "argilla", "dask", "distributed"}
+HEAVY_AT_LOAD = {"prefdata.trainers.dpo", "prefdata.trainers.grpo", "prefdata.trainers.rm", "prefdata.trainers.sft",
+                 "prefdata.trainers.ppo_math", "prefdata.flows.collect", "prefdata.flows.gate",
+                 "prefdata.flows.progress", "prefdata.flows.train"}
+
+
+def test_heavy_libraries_load_only_where_the_table_says():
+    found = {name for name, path in project_modules().items() if imported_libraries_at_load(path) & HEAVY}
+    assert found <= HEAVY_AT_LOAD, sorted(found - HEAVY_AT_LOAD)
 
 
 # Each module is imported in a child forked from an interpreter that has loaded the heavy
@@ -135,20 +305,6 @@ def test_every_module_imports_alone():
     assert failed == {}, "\n\n".join(f"{name}:\n{error}" for name, error in failed.items())
 
 
-def test_the_library_below_the_flows_never_imports_prefect_or_the_flows():
-    """Flows only wire: prefdata/ (but the commands on top, which run flows), checks/ and trainers/
-    work without Prefect (docs/architecture.md)."""
-    wired = {"prefdata.commands.cli", "prefdata.commands.collect", "prefdata.commands.demo"}  # the top layer: commands that run the flows
-    offenders = {}
-    for name, path in project_modules().items():
-        if name.startswith("prefdata.flows") or name in wired:
-            continue
-        bad = sorted(m for m in imported_anywhere(path) if m.split(".")[0] == "prefect" or m.startswith("prefdata.flows"))
-        if bad:
-            offenders[name] = bad
-    assert offenders == {}
-
-
 def test_library_invariants_raise_real_errors_not_assert():
     """`python -O` strips assert statements: an invariant the library relies on must raise."""
     found = [f"{path.relative_to(REPO)}:{node.lineno}" for path in project_modules().values()
@@ -156,54 +312,22 @@ def test_library_invariants_raise_real_errors_not_assert():
     assert found == []
 
 
-# docs/architecture.md's import rules: modules matching the key never import those named in the value
-# (a name covers its submodules), at load or inside a function.
-TOP = ("prefdata.commands.cli", "prefdata.commands.collect", "prefdata.commands.demo")
-FORBIDDEN = {
-    "prefdata.data.records": ("prefdata.",),  # the bottom: the record and its ids, nothing else
-    "prefdata.base.errors": ("prefdata.",),
-    "prefdata.models.loading": ("prefdata.",),  # shared tools: loading models, specs, the reward-model scorer, the target loader
-    "prefdata.base.specs": ("prefdata.",),
-    "prefdata.models.reward": ("prefdata.",),
-    "prefdata.base.targets": ("prefdata.data.store", "prefdata.data.importer", "prefdata.checks", "prefdata.gate.runner", "prefdata.collect.sampling",
-                         "prefdata.collect.judging", "prefdata.collect.collection", "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.checks": ("prefdata.data.store", "prefdata.data.importer", "prefdata.gate.runner", "prefdata.gate.publishing",
-                         "prefdata.collect.sampling", "prefdata.collect.judging", "prefdata.collect.routing", "prefdata.collect.collection",
-                         "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.trainers": ("prefdata.checks", "prefdata.data.importer", "prefdata.gate.runner", "prefdata.gate.publishing",
-                          "prefdata.collect.sampling", "prefdata.collect.collection", "prefdata.flows", *TOP),
-    "prefdata.collect.sampling": ("prefdata.collect.judging", "prefdata.collect.routing", "prefdata.collect.collection", "prefdata.data.store",
-                          "prefdata.checks", "prefdata.flows", *TOP),
-    "prefdata.collect.pairing": ("prefdata.collect.sampling", "prefdata.collect.judging", "prefdata.data.store", "prefdata.checks",
-                         "prefdata.flows", *TOP),
-    "prefdata.collect.judging": ("prefdata.collect.routing", "prefdata.collect.collection", "prefdata.data.store", "prefdata.checks",
-                         "prefdata.flows", *TOP),
-    "prefdata.gate.runner": ("prefdata.gate.publishing", "prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.gate.publishing": ("prefdata.trainers", "prefdata.flows", *TOP),
-    "prefdata.flows": TOP,
-}
-# Exceptions to FORBIDDEN, each with its reason. trainers -> checks.template_fit: `prefdata train`
-# refuses pairs the trainer would cut or mis-tokenise with the very check `prefdata check` runs
-# (issue 14 item 1), not a second copy of it; no other check module. models and reward_scoring name
-# errors in one line; the scorer loads its model through prefdata.models.loading like every other module.
-ALLOWED = {"prefdata.trainers": ("prefdata.checks.template_fit",), "prefdata.models.loading": ("prefdata.base.errors",),
-           "prefdata.base.specs": ("prefdata.base.errors",),
-           "prefdata.models.reward": ("prefdata.models.loading", "prefdata.base.errors")}
-
-
-def _covered(module: str, names: tuple[str, ...]) -> bool:
-    """`module` is one of `names` or inside one ("prefdata." covers every project module)."""
-    return any(module == n.rstrip(".") or module.startswith(n.rstrip(".") + ".") for n in names)
-
-
-def test_lower_layers_never_import_upper_ones():
-    broken = {}
-    for name, path in project_modules().items():
-        for who, banned in FORBIDDEN.items():
-            if not _covered(name, (who,)):
+def test_no_layer_reaches_into_another_layers_private_names():
+    """`from x import _private` across layers ties one layer to another's insides: a name used
+    across layers is public (inside a layer, modules share helpers)."""
+    rows = layer_table()
+    modules = project_modules()
+    layer_of = layers_by_module(rows, modules)
+    names = set(modules) | {f"{n}.__init__" for n, p in modules.items() if p.name == "__init__.py"}
+    found = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
                 continue
-            bad = sorted(m for m in imported_anywhere(path) if m != name and _covered(m, banned)
-                         and m not in ALLOWED.get(who, ()))
-            if bad:
-                broken[name] = bad
-    assert broken == {}
+            for alias in node.names:
+                if not alias.name.startswith("_") or alias.name.startswith("__"):
+                    continue
+                origin = imports_of(name, ast.unparse(ast.ImportFrom(node.module, [alias], node.level)), names)
+                if any(layer_of.get(o) != layer_of.get(name) for o in origin):
+                    found.append(f"{name}: {alias.name} from {sorted(origin)}")
+    assert found == []

@@ -173,3 +173,12 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             names |= {a.name.split(".")[2] for a in node.names if a.name.startswith("prefdata.checks.")}
     return names
+
+
+def test_the_checks_filter_can_drop_are_registry_checks():
+    """`prefdata filter --drop` and a refusal's "ways out" name checks by id: each is one the
+    registry runs, so a renamed check cannot leave a stale id behind."""
+    from prefdata.base.errors import FILTERABLE
+    from prefdata.checks.registry import CHECKS
+
+    assert set(FILTERABLE) <= set(CHECKS), sorted(set(FILTERABLE) - set(CHECKS))

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# This folder holds prefdata modules named cli.py, server.py...: keep it off the import path so
+# This folder holds prefdata modules named server.py, client.py...: keep it off the import path so
 # nothing in the server's environment imports them by accident.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 

@@ -279,11 +279,11 @@ def _checklist_items() -> dict[str, str]:
 
 def _list_checks(checklist: dict) -> None:
     """`check --list-checks`: one line per check: id, checklist item, thresholds (or its waiver)."""
-    from prefdata.checks.checklist import _registry
+    from prefdata.checks.registry import CHECKS
 
     items = _checklist_items()
-    width = max(map(len, _registry()))
-    for check_id in _registry():
+    width = max(map(len, CHECKS))
+    for check_id in CHECKS:
         params = dict(checklist["checks"].get(check_id) or {})
         waived = params.pop("waive", None)
         settings = f"waived: {waived}" if waived else ", ".join(f"{k}={v}" for k, v in params.items()) or "-"

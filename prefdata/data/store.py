@@ -235,6 +235,10 @@ class Store:
 
     def path(self, ref: str) -> str:
         v = self.get(ref)
+        return self.version_dir(v)
+
+    def version_dir(self, v: "Version") -> str:
+        """The folder (a path of `self.fs`) holding a version's files."""
         return self._dir(v.name, v.version)
 
     # -- writing ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from prefdata.checks.base import MAX_LISTED_OFFENDERS, CheckResult
+from prefdata.checks.structure import DEFAULT_MAX_LENGTH_RATIO
 
 STATUSES = ("pass", "fail", "error", "skip")
 COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#9a6700", "skip": "#6e7781"}
@@ -315,7 +316,7 @@ def write_html(results: Sequence[CheckResult], path: Path, plots: Mapping[str, A
                     f"<td>{esc(r.message)}</td><td><code>{esc(ids)}</code>{full}</td></tr>")
     style = "".join(f"tr.{s} td:nth-child(2){{color:#fff;background:{c}}}" for s, c in COLOURS.items())
     gx_link = "<p><a href='gx/index.html'>Great Expectations Data Docs</a></p>" if plots.get("gx_docs") else ""
-    threshold = float(plots.get("max_length_ratio") or 2.0)  # None when the ratio check was skipped
+    threshold = float(plots.get("max_length_ratio") or DEFAULT_MAX_LENGTH_RATIO)  # None when the ratio check was skipped
     min_share = plots.get("min_category_share")
     sections = [
         _plot_section("Length ratio (longer / shorter response)", plots.get("length_ratios"),

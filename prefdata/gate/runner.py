@@ -163,7 +163,7 @@ def _version_shards(st, v, config: str):
     batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
     if not any(found and int(found[1]) > 1 for found in batches):
         return None
-    root = st._dir(v.name, v.version)
+    root = st.version_dir(v)
     return Shards([f"{root}/{rel}" for rel in files], fs=None if st.local else st.fs)
 
 
