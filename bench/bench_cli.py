@@ -1,14 +1,17 @@
-"""The user's path, timed as a user runs it: the `prefdata` CLI as a subprocess on a Parquet file.
+"""The user's path, timed as a user runs it: the `prefdata` CLI as a subprocess on a file on disk.
 
     .venv/bin/python bench/bench_cli.py --sizes 100000              # ~ a few minutes
     .venv/bin/python bench/bench_cli.py --sizes 100000,1000000 --json .prefdata/bench/cli.json
+    .venv/bin/python bench/bench_cli.py --sizes 1000000 --formats parquet,jsonl,jsonl.gz
 
 For each size, `bench/realistic.py` writes UltraFeedback-binarized-shaped pairs (4 completions per
-prompt, shared chosen replies, canned refusals, injected faults with known ids) to Parquet once
-(cached in --data-dir; generating is not timed). Then, each in a fresh process, in this order:
+prompt, shared chosen replies, canned refusals, injected faults with known ids) to Parquet once,
+and the same rows to JSON Lines (gzipped or not) for the other --formats (cached in --data-dir;
+writing is not timed). Then, per format, each in a fresh process, in this order:
 
-    read: polars     python -c "polars.read_parquet(FILE)"          (the yardstick)
-    read: datasets   python -c "datasets.Dataset.from_parquet(FILE)"
+    read: polars     polars reads the same file: read_parquet, read_ndjson (of the gunzipped
+                     bytes for .gz)                                  (the yardstick)
+    read: datasets   python -c "datasets.Dataset.from_parquet(FILE)" (Parquet only)
     import           prefdata import FILE --name big
     check FILE       prefdata check FILE --json R --report-dir D
     filter           prefdata filter big@V
@@ -42,12 +45,25 @@ PREFDATA = str(Path(sys.executable).parent / "prefdata")
 ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
        "DO_NOT_TRACK": "1", "HF_DATASETS_OFFLINE": "1"}
 READ = {
-    "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_parquet(sys.argv[1]); "
-              "print(time.perf_counter() - t, f.height)",
-    "datasets": "import datasets, sys, time, tempfile; datasets.disable_progress_bars(); t = time.perf_counter(); "
-                "d = datasets.Dataset.from_parquet(sys.argv[1], cache_dir=sys.argv[2]); "
-                "print(time.perf_counter() - t, d.num_rows)",
+    "parquet": {
+        "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_parquet(sys.argv[1]); "
+                  "print(time.perf_counter() - t, f.height)",
+        "datasets": "import datasets, sys, time, tempfile; datasets.disable_progress_bars(); t = time.perf_counter(); "
+                    "d = datasets.Dataset.from_parquet(sys.argv[1], cache_dir=sys.argv[2]); "
+                    "print(time.perf_counter() - t, d.num_rows)",
+    },
+    "jsonl": {
+        "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_ndjson(sys.argv[1]); "
+                  "print(time.perf_counter() - t, f.height)",
+    },
+    "jsonl.gz": {
+        "polars": "import gzip, io, polars as pl, sys, time; t = time.perf_counter(); "
+                  "f = pl.read_ndjson(io.BytesIO(gzip.open(sys.argv[1]).read())); print(time.perf_counter() - t, f.height)",
+    },
 }
+# Parquet -> the other formats, in a child (its memory is not the commands')
+CONVERT = ("import gzip, polars as pl, sys; f = pl.read_parquet(sys.argv[1]); out = sys.argv[2]; "
+           "open(out, 'wb').write(gzip.compress(f.write_ndjson().encode(), 6)) if out.endswith('.gz') else f.write_ndjson(out)")
 
 
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
@@ -82,20 +98,23 @@ def _read_ids(report_dir: Path, report: dict, check_id: str) -> set[str]:
     return set()
 
 
-def one_size(n: int, data_dir: Path, seed: int) -> dict:
-    path = data_dir / f"realistic-{n}-{seed}.parquet"
-    truth_path = path.with_suffix(".truth.json")
-    if not path.exists() or not truth_path.exists():
+def one_size(n: int, data_dir: Path, seed: int, fmt: str = "parquet") -> dict:
+    parquet = data_dir / f"realistic-{n}-{seed}.parquet"
+    truth_path = parquet.with_suffix(".truth.json")
+    if not parquet.exists() or not truth_path.exists():
         # in a child: a forked child's ru_maxrss starts from the parent's RSS, so this process
         # must stay small for the commands' peak RSS to be their own
-        subprocess.run([sys.executable, "-m", "bench.realistic", str(path), "--n", str(n), "--seed", str(seed)],
+        subprocess.run([sys.executable, "-m", "bench.realistic", str(parquet), "--n", str(n), "--seed", str(seed)],
                        check=True, cwd=REPO, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL)
+    path = parquet.with_suffix(f".{fmt}")
+    if not path.exists():
+        subprocess.run([sys.executable, "-c", CONVERT, str(parquet), str(path)], check=True, cwd=REPO)
     truth = json.loads(truth_path.read_text())
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         tmp = Path(tmp)
         env = {**os.environ, **ENV, "PREFDATA_STORE": str(tmp / "store")}
-        for name, code in READ.items():
+        for name, code in READ[fmt].items():
             r = run([sys.executable, "-c", code, str(path), str(tmp / "hf-cache")], env, tmp)
             if r["rc"] != 0:
                 raise RuntimeError(f"{name} read failed: {r['stderr'][-2000:]}")
@@ -133,19 +152,20 @@ def one_size(n: int, data_dir: Path, seed: int) -> dict:
         tail = (r.pop("stdout") + r.pop("stderr")).strip().splitlines()
         if r["rc"] not in (0, 1):
             r["error"] = "\n".join(tail[-5:])
-    return {"n": n, "seed": seed, "file_mb": round(path.stat().st_size / 2**20), "steps": rows, "duplicates": quality}
+    return {"n": n, "seed": seed, "format": fmt, "file_mb": round(path.stat().st_size / 2**20), "steps": rows,
+            "duplicates": quality}
 
 
 def table(runs: list[dict]) -> str:
     lines = []
     for r in runs:
-        lines.append(f"\n{r['n']:,} pairs ({r['file_mb']} MB Parquet)")
+        lines.append(f"\n{r['n']:,} pairs ({r['file_mb']} MB {r.get('format', 'parquet')})")
         lines.append(f"{'step':16}{'seconds':>10}{'x polars':>10}{'peak RSS':>12}{'rc':>4}")
         for name, s in r["steps"].items():
             seconds = s.get("seconds_in_process", s["seconds"])
             lines.append(f"{name:16}{seconds:>10.2f}{s['x_polars']:>10.1f}{s['peak_rss_mb']:>10,}MB{s['rc']:>4}")
         lines.append("duplicates: " + ", ".join(f"{k} {v}" for k, v in r["duplicates"].items()))
-    if len(runs) >= 2:
+    if len(runs) >= 2 and runs[0]["n"] != runs[-1]["n"]:
         small, big = runs[0], runs[-1]
         ratios = {k: round(big["steps"][k]["seconds"] / small["steps"][k]["seconds"], 1)
                   for k in big["steps"] if not k.startswith("read")}
@@ -158,10 +178,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--formats", default="parquet", help="Comma-separated: parquet, jsonl, jsonl.gz.")
     parser.add_argument("--data-dir", type=Path, default=REPO / ".prefdata" / "bench" / "realistic")
     parser.add_argument("--json", type=Path, help="Write every figure here.")
     args = parser.parse_args()
-    runs = [one_size(int(n), args.data_dir, args.seed) for n in args.sizes.split(",")]
+    runs = [one_size(int(n), args.data_dir, args.seed, fmt) for n in args.sizes.split(",") for fmt in args.formats.split(",")]
     print(table(runs))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

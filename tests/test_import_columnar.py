@@ -222,3 +222,91 @@ def test_column_types(tmp_path, column, values, dtype):
     frame = pl.DataFrame({"prompt": ["a", "b"], "chosen": ["x", "y"], "rejected": ["r", "s"]})
     frame.with_columns(pl.Series(column, values, dtype=dtype)).write_parquet(tmp_path / "t.parquet")
     assert_same_import(tmp_path / "t.parquet", columnar_runs=not (column == "score_chosen" and dtype == pl.Decimal(5, 2)))
+
+
+# -- JSON Lines: the same import, a batch of lines at a time (prefdata.data.ndjson) ------------------
+
+def write_jsonl(rows: list[dict], path: Path, **columns) -> Path:
+    for name, values in columns.items():
+        rows = [{**row, name: value} for row, value in zip(rows, values)]
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    path.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
+    return path
+
+
+@pytest.mark.parametrize("name", ["faults.jsonl", "faults.jsonl.gz"])
+def test_jsonl_faults_without_ids(tmp_path, name):
+    rows = faulty_rows()
+    path = write_jsonl(rows, tmp_path / name, category=[f"c{i % 3}" if i % 4 else None for i in range(len(rows))])
+    assert_same_import(path, max_text_bytes=2048)
+    assert import_file(path, max_text_bytes=2048).reasons["wrong_type:score_chosen"] == 1  # Infinity
+
+
+def test_jsonl_faults_with_source_ids_repeats_and_conflicts(tmp_path):
+    rows = faulty_rows()
+    ids = [f"r{i}" for i in range(len(rows))]
+    ids[3], ids[-1], ids[-3] = ids[1], ids[-2], ids[-4]
+    path = write_jsonl(rows, tmp_path / "ids.jsonl", id=ids)
+    assert_same_import(path, max_text_bytes=2048)
+    assert import_file(path, max_text_bytes=2048).reasons["duplicate_id_conflict"] == 2
+
+
+# Lines polars would read differently from the row reader, each beside an ordinary one.
+ODD_LINES = [
+    "",                                                                   # blank: not a row
+    "   \t ",                                                             # blank too
+    'not json',                                                           # invalid_json
+    '[1, 2]',                                                             # not_an_object
+    '"a string"',
+    '{"prompt": "q", "chosen": "a", "rejected": "b"} trailing',           # extra data
+    '{"prompt": "q", "prompt": "r", "chosen": "a", "rejected": "b"}',     # duplicate_key
+    '{"prompt": "lone \\ud800", "chosen": "a", "rejected": "b"}',         # a lone surrogate
+    '{"prompt": "pair \\ud83d\\ude00", "chosen": "a", "rejected": "b"}',  # a surrogate pair: fine
+    '{"prompt": 5, "chosen": "a", "rejected": "b"}',                      # a number as text
+    '{"prompt": true, "chosen": "a", "rejected": "b"}',
+    '{"prompt": {"x": 1}, "chosen": "a", "rejected": "b"}',
+    '{"prompt": null, "chosen": "a", "rejected": "b"}',
+    '{"prompt": "s", "chosen": "a", "rejected": "b", "score_chosen": "1.5"}',  # a score as text
+    '{"prompt": "n", "chosen": "a", "rejected": "b", "score_chosen": NaN}',
+    '{"prompt": "u", "chosen": "a", "rejected": "b", "score_chosen": true, "score_rejected": [1]}',
+    '{"prompt": "t", "chosen": "a", "rejected": "b", "split": null, "score_rejected": null}',
+    '{"pr\\u006fmpt": "escaped key", "chosen": "a", "rejected": "b"}',
+    '{"prompt": "quotes JSON: {\\"prompt\\": 5}", "chosen": "a", "rejected": "b"}',
+    '{"prompt": "x" , "chosen" : "spaced" ,"rejected":"b"}',
+    '{}',
+    '{"chosen": "a", "rejected": "b"}',                                   # missing_field:prompt
+    '{"prompt": "big", "chosen": "' + "y" * 5000 + '", "rejected": "b"}',  # row_too_large at 256 text bytes
+    '{"prompt": "crlf", "chosen": "a", "rejected": "b"}\r',
+]
+
+
+@pytest.mark.parametrize("name", ["odd.jsonl", "odd.jsonl.gz"])
+def test_jsonl_lines_polars_reads_differently_go_through_the_row_reader(tmp_path, name):
+    lines = []
+    for i, odd in enumerate(ODD_LINES):
+        lines += [odd, json.dumps({"prompt": f"q{i}", "chosen": "a", "rejected": f"b{i}", "split": "train"})]
+    text = ("\ufeff" + "\n".join(lines)).encode()[:-1] + b"\xff\n" + b'{"prompt": "last", "chosen": "a", "rejected": "b"}'
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text, mtime=0) if name.endswith(".gz") else text)
+    assert_same_import(path, max_text_bytes=256, small_batches=(7, 2, 1))
+    reasons = import_file(path, max_text_bytes=256).reasons
+    for reason in ("invalid_json", "not_an_object", "duplicate_key", "invalid_utf8", "row_too_large",
+                   "wrong_type:prompt", "missing_field:prompt"):
+        assert reason in reasons, reason
+
+
+def test_jsonl_real_files_through_both_paths(tmp_path, shared_data):
+    """HH-RLHF as it ships (.jsonl.gz, transcripts), and as TRL pairs, in a few batches."""
+    assert_same_import(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz", small_batches=(997,))
+    hh = import_rows(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
+    write_jsonl(hh.pairs.select("prompt", "chosen", "rejected").to_dicts(), tmp_path / "pairs.jsonl")
+    assert_same_import(tmp_path / "pairs.jsonl", small_batches=(333,))
+
+
+def test_jsonl_nested_values_go_through_the_row_reader_and_model_columns_to_the_row_path(tmp_path):
+    nested = write_jsonl([{"prompt": "q", "chosen": "a", "rejected": "b", "meta": {"k": [1]}},
+                          {"prompt": "r", "chosen": "a", "rejected": "b", "meta": None}], tmp_path / "n.jsonl")
+    assert_same_import(nested)  # the line with an object is read by the row reader, in its place
+    named = write_jsonl([{"prompt": "q", "chosen": "a", "rejected": "b", "model": "m"}], tmp_path / "m.jsonl")
+    assert convert_columnar(named, "auto", 1 << 20) is None  # `model` names both sides: the row path's rule
+    assert_same_import(named, columnar_runs=False)

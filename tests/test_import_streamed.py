@@ -1,8 +1,10 @@
-"""A big Parquet file goes into the store a batch of rows at a time (issue 11: 10M pairs on one
-machine): the version holds exactly what the one-batch import stores, in shards."""
+"""A big Parquet or JSON Lines file goes into the store a batch of rows at a time (issue 11: 10M
+pairs on one machine; issue 22: JSON Lines, gzipped or not): the version holds exactly what the
+one-batch import stores, in shards."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -10,6 +12,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from bench.realistic import make_realistic_pairs
@@ -17,11 +20,22 @@ from prefdata.data.importer import import_file, import_file_to_store, import_to_
 from prefdata.data.store import Store
 
 
-def realistic_file(tmp_path: Path, n: int = 3_000, **columns) -> Path:
+def realistic_file(tmp_path: Path, n: int = 3_000, suffix: str = "parquet", **columns) -> Path:
     frame = make_realistic_pairs(n, seed=3)[0]
-    path = tmp_path / "pairs.parquet"
-    frame.with_columns(**{k: pl.Series(v) for k, v in columns.items()}).write_parquet(path, row_group_size=500)
+    return write(frame.with_columns(**{k: pl.Series(v) for k, v in columns.items()}), tmp_path / f"pairs.{suffix}")
+
+
+def write(frame: pl.DataFrame, path: Path) -> Path:
+    if path.suffix == ".parquet":
+        frame.write_parquet(path, row_group_size=500)
+    elif path.suffix == ".gz":
+        path.write_bytes(gzip.compress(frame.write_ndjson().encode(), mtime=0))
+    else:
+        frame.write_ndjson(path)
     return path
+
+
+SUFFIXES = ["parquet", "jsonl", "jsonl.gz"]
 
 
 def assert_same_version(store: Store, streamed: str, whole: str) -> None:
@@ -37,14 +51,15 @@ def assert_same_version(store: Store, streamed: str, whole: str) -> None:
     assert store.verify(streamed) == []
 
 
-def test_streamed_version_equals_the_one_batch_import(tmp_path):
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_streamed_version_equals_the_one_batch_import(tmp_path, suffix):
     n = 3_000
     # source ids with a conflict across batches (row 2,900 reuses row 10's id for other text), an
     # empty prompt and a split column: every cross-row rule and the quarantine cross batch borders
     ids = [f"r{i}" for i in range(n)]
     ids[2_900] = "r10"
     splits = ["test" if i % 10 == 0 else "train" for i in range(n)]
-    path = realistic_file(tmp_path, n, id=ids, split=splits)
+    path = realistic_file(tmp_path, n, suffix, id=ids, split=splits)
     store = Store(str(tmp_path / "store"))
     whole = import_to_store(import_file(path), "whole", store)
     result, streamed = import_file_to_store(path, "streamed", store, batch_rows=700)
@@ -57,11 +72,11 @@ def test_streamed_version_equals_the_one_batch_import(tmp_path):
     assert result.pairs.columns == ["id"]  # the text went into the shards
 
 
-def test_streamed_content_ids_number_repeats_across_batches(tmp_path):
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_streamed_content_ids_number_repeats_across_batches(tmp_path, suffix):
     frame = make_realistic_pairs(1_000, seed=5)[0].drop("id")
     repeated = pl.concat([frame, frame.head(300), frame.slice(100, 50)])  # repeats in later batches
-    path = tmp_path / "no-ids.parquet"
-    repeated.write_parquet(path)
+    path = write(repeated, tmp_path / f"no-ids.{suffix}")
     store = Store(str(tmp_path / "store"))
     whole = import_to_store(import_file(path), "whole", store)
     _, streamed = import_file_to_store(path, "streamed", store, batch_rows=256)
@@ -70,8 +85,9 @@ def test_streamed_content_ids_number_repeats_across_batches(tmp_path):
     assert ids.n_unique() == ids.len() and ids.str.ends_with("-3").sum() >= 50  # rows 100-149, third time
 
 
-def test_cli_import_batch_rows(tmp_path):
-    path = realistic_file(tmp_path, 2_000)
+@pytest.mark.parametrize("suffix", ["parquet", "jsonl.gz"])
+def test_cli_import_batch_rows(tmp_path, suffix):
+    path = realistic_file(tmp_path, 2_000, suffix)
     env = {**os.environ, "PREFDATA_STORE": str(tmp_path / "store")}
     cmd = [sys.executable, "-m", "prefdata", "import", str(path), "--name", "big"]
     streamed = subprocess.run([*cmd, "--batch-rows", "600", "--json", str(tmp_path / "s.json")],

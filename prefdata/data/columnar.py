@@ -1,10 +1,13 @@
-"""Columnar import: a Parquet file in the `trl` or `hh-rlhf` format, checked and given ids as whole
-columns.
+"""Columnar import: a Parquet or JSON Lines file (gzipped or not) in the `trl` or `hh-rlhf` format,
+checked and given ids as whole columns.
 
 The row-by-row import (`importer.import_rows`) is the reference; this path gives the same kept
 rows, ids, quarantine reasons and row numbers (tests/test_import_columnar.py runs both on the same
-files), at a small multiple of `polars.read_parquet`. How:
+files), at a small multiple of a polars read of the file. How:
 
+- a JSON Lines file is parsed by polars a block of lines at a time (prefdata.data.ndjson); the few
+  lines polars could read differently from the row reader (a duplicate key, a number where a text
+  belongs, a line that is not one JSON object...) are read by the row reader itself, in their place;
 - every check is first a vectorised *candidate* mask that is a superset of the rows it can reject
   (missing or non-text fields, a prompt with no visible ASCII character, chosen = rejected, a text
   over --max-text-bytes, an odd split, an infinite score, a blank id);
@@ -15,19 +18,22 @@ files), at a small multiple of `polars.read_parquet`. How:
   into one message and hashed in two threads;
 - hh-rlhf's prompt split (formats.split_hh) runs row by row: the format needs it;
 - the cross-row rules (numbered repeats of a content id, an id reused for other content) are
-  window expressions over the kept rows in file order.
+  window expressions over the kept rows in file order, carried from batch to batch.
 
-Anything this path does not cover exactly returns None and the caller imports row by row: another
-format, a gzipped or nested (list, struct) file, bool or float optional columns (their text form
-is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
+Anything this path does not cover exactly returns None (or raises MixedIds while the batches are
+read) and the caller imports row by row: another format or container (CSV, a JSON array, a
+gzipped Parquet file), nested (list, struct) Parquet columns, bool or float optional columns (their
+text form is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from operator import methodcaller
 from pathlib import Path
 from typing import Any
@@ -35,8 +41,10 @@ from typing import Any
 import polars as pl
 
 from prefdata.base.errors import UnusableInput
+from prefdata.data.ndjson import EXPLICIT_NULL
 from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
-from prefdata.data.readers import GZIP_MAGIC, RawRow, file_kind, parquet_problem, require_regular_file
+from prefdata.data.readers import (BOM, GZIP_MAGIC, ROW_BYTES_PER_TEXT_BYTE, RawRow, _open_data, file_kind,
+                                   parquet_problem, read_rows, require_regular_file)
 from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
 from prefdata.data.rows import check_format, convert_row, quarantine_entry
 
@@ -47,6 +55,7 @@ DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs mor
 # rows converted at a time: one batch's text, ids and normalised copies are what the import holds
 BATCH_ROWS = 1_000_000
 ID_CHUNK = 100_000  # rows per slice when computing ids: bounds the normalised copies to ~250 MB
+FORMAT_ROWS = 1000  # the rows the format is told from (importer._choose_format's first 1000)
 _SPLIT = r"^[A-Za-z0-9_]+$"  # formats._SPLIT; Python's `$` also allows a final "\n", so this is stricter
 
 
@@ -252,6 +261,11 @@ class MixedIds(Exception):
     """Some kept rows have a source id and some have not: the row path settles their collisions."""
 
 
+class UnsupportedBatch(MixedIds):
+    """A batch of a JSON Lines file holds what this path does not cover (nested values, a column of a
+    type it does not take), found only when the batch is read: the row path imports the file."""
+
+
 class UnreadableBatch(UnusableInput):
     """A batch of the file cannot be read (a damaged page, text that is not UTF-8): an in-memory
     import hands the file to the row path, which quarantines rows whose text is not UTF-8; a
@@ -271,7 +285,8 @@ class _Earlier:
 @dataclass
 class ColumnarBatches:
     """A file's columnar import, a batch of rows at a time: `batches` yields (kept pairs, quarantine)
-    per batch, in file order; `n_batches` of them."""
+    per batch, in file order; `n_batches` of them. `read` (rows read) is final once they are all
+    taken (a JSON Lines file counts its rows as it goes)."""
 
     format: str
     read: int
@@ -298,14 +313,15 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImpor
 
 
 def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS) -> ColumnarBatches | None:
-    """The columnar import of a plain Parquet file, `batch_rows` rows at a time (so a file of any
-    size converts in the memory of one batch), or None when the row path must do it. The batches
+    """The columnar import of a plain Parquet file or a JSON Lines one, `batch_rows` rows (lines) at a
+    time (so a file of any size converts in the memory of one batch), or None when the row path
+    must do it. The batches
     give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
     carry what they need from batch to batch (_Earlier). Iterating raises MixedIds when the file
     turns out to need the row path after all."""
     require_regular_file(path)  # before any of the reads below
     if not _plain_parquet(path):
-        return None
+        return _jsonl_batches(path, fmt, max_text_bytes, batch_rows) if _jsonl(path) else None
     try:
         schema = pl.read_parquet_schema(path)
         head = pl.read_parquet(path, n_rows=1)
@@ -331,10 +347,65 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
 
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
         for start in starts:  # no name outlives its batch: two batches never share the memory
-            yield _convert_frame(path, _read_batch(path, start, batch_rows), start, fmt, id_column, optional, present,
+            yield _convert_frame(path, _read_batch(path, start, batch_rows), fmt, id_column, optional, present,
                                  max_text_bytes, earlier)
 
     return ColumnarBatches(fmt, rows, len(starts), batches())
+
+
+def _jsonl(path: Path) -> bool:
+    try:
+        with _open_data(path) as handle:
+            head = handle.read(64 + len(BOM)).removeprefix(BOM)
+        return file_kind(path, head) == "jsonl"
+    except (OSError, EOFError, zlib.error, UnusableInput):
+        return False  # the row path says what is wrong with it
+
+
+def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int) -> ColumnarBatches | None:
+    """The columnar import of a JSON Lines file (gzipped or not), `batch_rows` lines at a time
+    (prefdata.data.ndjson parses them; the lines polars could read differently go through the row
+    reader). The format is the row path's choice from the first rows; None when that path must say
+    what is wrong with the file, or the format is not one this path covers."""
+    from prefdata.data import ndjson
+
+    max_line_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
+    head = list(islice((r for r in read_rows(path, max_line_bytes) if r.data is not None), FORMAT_ROWS))
+    if not head:
+        return None
+    columns = set().union(*(r.data.keys() for r in head))
+    try:
+        fmt = check_format(path, fmt, columns, columns, head[0].data)
+    except UnusableInput:
+        return None  # the row path, over every row, gives the exact message (or finds the columns later on)
+    if fmt not in CONVERTERS_COVERED:
+        return None
+    lines, valued = ndjson.scan(path, OPTIONAL_COLUMNS, SCORE_COLUMNS)
+    if lines == 0:
+        return None
+    n_batches = -(-lines // batch_rows)
+    # the same columns in every batch: those with a value somewhere in the file (as for Parquet)
+    present = None if n_batches == 1 else [c for c in OPTIONAL_COLUMNS if c in valued and c != "prompt_messages"]
+    earlier = _Earlier(carry=n_batches > 1)
+    opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
+
+    def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
+        for frame, rows in ndjson.batches(path, batch_rows, max_line_bytes, TEXT, SCORE_COLUMNS):
+            opened.read += frame.height + len(rows)
+            schema = pl.Schema({c: d for c, d in frame.schema.items() if not c.startswith("__")})
+            id_column = _supported(schema)
+            if id_column is None:
+                raise UnsupportedBatch(f"{path}: a column of nested or mixed values "
+                                       f"({', '.join(f'{c}: {d}' for c, d in schema.items())})")
+            given = set(schema).union(*(r.data for r in rows if r.data is not None))
+            optional = [c for c in OPTIONAL_COLUMNS if c in given and c != "prompt_messages"]
+            if present is not None:
+                optional = sorted(set(optional) | set(present), key=OPTIONAL_COLUMNS.index)
+            frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in (*TEXT, *optional) if c not in schema)
+            yield _convert_frame(path, frame, fmt, id_column, optional, present, max_text_bytes, earlier, rows)
+
+    opened.batches = batches()
+    return opened
 
 
 def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
@@ -344,10 +415,12 @@ def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
         raise UnreadableBatch(f"{path}: not a readable Parquet file: {parquet_problem(path, exc)}") from None
 
 
-def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_column: str, optional: list[str],
-                   present: list[str] | None, max_text_bytes: int,
-                   earlier: _Earlier) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
-    """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine."""
+def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, optional: list[str],
+                   present: list[str] | None, max_text_bytes: int, earlier: _Earlier,
+                   read_by_rows: list[RawRow] | None = None) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine.
+    `read_by_rows`, for a JSON Lines batch (None for Parquet): the rows the row reader read instead
+    (lines polars could read differently), converted as the row path converts them."""
     candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
     if fmt == "hh-rlhf":
         texts, refused = _split_hh(frame, candidate)
@@ -357,14 +430,19 @@ def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_col
     convert = CONVERTERS[fmt]
     quarantine: list[dict[str, Any]] = []
     accepted: list[dict[str, Any]] = []
-    for data in frame.filter(candidate).to_dicts():
-        number = data.pop("__row")
-        try:
-            record = convert_row(data, convert, max_text_bytes).record
-        except RowRejected as rejected:
-            quarantine.append(quarantine_entry(path, RawRow(number, data), rejected.reason, rejected.detail))
+    jsonl = read_by_rows is not None
+    by_rows = {row.number: row.data for row in read_by_rows or ()}
+    as_given = _as_written if jsonl else dict
+    for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in frame.filter(candidate).to_dicts())]:
+        if row.data is None:
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
-        accepted.append({"__row": number, **record})
+        try:
+            record = convert_row(row.data, convert, max_text_bytes).record
+        except RowRejected as rejected:
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        accepted.append({"__row": row.number, **record})
 
     # Ids for every row (candidates too: cheaper than a second copy of the text), then one filter.
     prompt_ids, pair_ids = _ids(texts)
@@ -394,17 +472,35 @@ def _convert_frame(path: Path, frame: pl.DataFrame, start: int, fmt: str, id_col
     if mode == "source":
         kept, conflicting = _source_id_conflicts(kept, earlier)
         for number, row_id in conflicting:
-            data = frame.row(number - 1 - start, named=True)
-            data.pop("__row")
+            data = by_rows.get(number) or as_given(frame.row(frame["__row"].search_sorted(number), named=True))
+            data.pop("__row", None)
             quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
                                                 f"id {row_id!r} already used for other content"))
     else:
         kept = _numbered_content_ids(kept, earlier)
 
     if present is None:
-        present = [c for c in optional if c in SCORE_COLUMNS or kept[c].is_not_null().any()] if kept.height else []
+        present = [c for c in optional if kept[c].is_not_null().any() or c in SCORE_COLUMNS and (
+            not jsonl or _written(c, frame.filter(~candidate), accepted))] if kept.height else []
     quarantine.sort(key=lambda q: q["row"])
     return kept.select(*PAIR_COLUMNS, *present), quarantine
+
+
+def _as_written(data: dict[str, Any]) -> dict[str, Any]:
+    """A row of a JSON Lines frame as its line gave it: a null is a key the line left out, unless
+    the frame marks it written as null (ndjson.EXPLICIT_NULL)."""
+    written = {k[len(EXPLICIT_NULL):] for k, v in data.items() if k.startswith(EXPLICIT_NULL) and v}
+    return {k: v for k, v in data.items() if not k.startswith("__") and (v is not None or k in written)}
+
+
+def _written(column: str, frame: pl.DataFrame, accepted: list[dict[str, Any]]) -> bool:
+    """Some kept row has the key (a Parquet column is in every row; a JSON Lines line may leave it out)."""
+    if column in frame.columns and EXPLICIT_NULL + column not in frame.columns and not frame.height:
+        return False
+    if column in frame.columns and (frame[column].is_not_null().any() or (
+            EXPLICIT_NULL + column in frame.columns and frame[EXPLICIT_NULL + column].fill_null(False).any())):
+        return True
+    return any(column in record for record in accepted)
 
 
 def _content_hash(frame: pl.DataFrame) -> pl.DataFrame:

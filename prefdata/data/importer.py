@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from prefdata.data.columnar import BATCH_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
+from prefdata.data.columnar import BATCH_ROWS, FORMAT_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
 from prefdata.base.errors import UnusableInput
 from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
 from prefdata.data.readers import ROW_BYTES_PER_TEXT_BYTE, RawRow, read_rows
@@ -109,7 +109,7 @@ def _choose_format(path: Path, rows: list[RawRow], fmt: str) -> str:
             hint = "; it looks like UTF-16 text: save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8`)"
         raise UnusableInput(f"{path}: no readable rows ({len(rows)} rows, none parsed"
                             + "".join(f"; {reason} {n}" for reason, n in why) + f"){hint}")
-    columns = set().union(*(r.data.keys() for r in good[:1000]))
+    columns = set().union(*(r.data.keys() for r in good[:FORMAT_ROWS]))
     all_columns = set().union(*(r.data.keys() for r in good))
     return check_format(path, fmt, columns, all_columns, good[0].data)
 
