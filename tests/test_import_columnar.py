@@ -310,3 +310,14 @@ def test_jsonl_nested_values_go_through_the_row_reader_and_model_columns_to_the_
     named = write_jsonl([{"prompt": "q", "chosen": "a", "rejected": "b", "model": "m"}], tmp_path / "m.jsonl")
     assert convert_columnar(named, "auto", 1 << 20) is None  # `model` names both sides: the row path's rule
     assert_same_import(named, columnar_runs=False)
+
+
+def test_a_file_imported_row_by_row_says_why(tmp_path):
+    rows = [{"prompt": "q", "chosen": "a", "rejected": "b"}]
+    pl.DataFrame(rows).write_csv(tmp_path / "d.csv")
+    assert "only Parquet and JSON Lines" in import_file(tmp_path / "d.csv").row_by_row
+    named = write_jsonl([{**rows[0], "model": "m"}], tmp_path / "m.jsonl")
+    assert "model column" in import_file(named).row_by_row
+    mixed = write(rows * 2, tmp_path / "mixed.parquet", id=["a", None])
+    assert "some rows have an id" in import_file(mixed).row_by_row
+    assert import_file(write_jsonl(rows, tmp_path / "fast.jsonl")).row_by_row is None

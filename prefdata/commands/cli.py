@@ -29,6 +29,8 @@ _state = {"verbose": False}
 BATCH_ROWS = 1_000_000  # prefdata.data.columnar.BATCH_ROWS
 MAX_TEXT_BYTES = 1 << 20  # prefdata.data.importer.DEFAULT_MAX_TEXT_BYTES
 
+ROW_BY_ROW_NOTE_ROWS = 100_000  # a smaller file imports in seconds either way: no note
+
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")]
 
 
@@ -101,6 +103,8 @@ def import_cmd(
         summary["quarantine_file"] = f"{st.path(version.ref)}/quarantine.jsonl" if result.quarantine else None
     _write_json(json_path, summary)
     _print_import(summary)
+    if result.row_by_row and result.read >= ROW_BY_ROW_NOTE_ROWS:  # where the slow path's time shows
+        terminal(stderr=True).print(f"note: {src} was imported row by row: {result.row_by_row}")
     return 0
 
 

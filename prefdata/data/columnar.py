@@ -106,6 +106,16 @@ def _supported(schema: pl.Schema) -> str | None:
     return id_column
 
 
+def _unsupported(schema: pl.Schema) -> str:
+    """Why `_supported` refuses these columns, in words."""
+    named = sorted({"model", "policy", "cmp_key", "__row"} & set(schema))
+    if named:
+        return f"a {named[0]} column (the row path applies its rule)"
+    odd = [f"{c}: {d}" for c, d in schema.items() if not (d == pl.String or d.is_numeric() or d == pl.Null)
+           or c in OPTIONAL_COLUMNS and not (d == pl.String or _is_int(d) or d == pl.Null or c in SCORE_COLUMNS)]
+    return "columns of a type it does not take (" + (", ".join(odd) or ", ".join(f"{c}: {d}" for c, d in schema.items())) + ")"
+
+
 def _candidates(schema: pl.Schema, fmt: str, id_column: str, max_text_bytes: int) -> pl.Expr:
     """True for every row a reference check might reject (and a few it will not)."""
     flags = [pl.col(c).str.len_bytes() > max_text_bytes for c, d in schema.items() if d == pl.String]
@@ -294,9 +304,10 @@ class ColumnarBatches:
     batches: Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]
 
 
-def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImport | None:
-    """The import of a plain Parquet `trl` or `hh-rlhf` file, or None when the row path must do it."""
-    opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS)
+def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] | None = None) -> ColumnarImport | None:
+    """The import of a plain Parquet or JSON Lines `trl` or `hh-rlhf` file, or None when the row path
+    must do it (then `why`, when given, gets the reason)."""
+    opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS, why)
     if opened is None:
         return None
     pairs, quarantine = [], []
@@ -304,15 +315,23 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int) -> ColumnarImpor
         for kept, rejected in opened.batches:
             pairs.append(kept)
             quarantine.extend(rejected)
-    except (MixedIds, UnreadableBatch):
-        return None
+    except (MixedIds, UnreadableBatch) as exc:
+        return _refused(why, str(exc).removeprefix(f"{path}: "))
     kept = pl.concat(pairs, how="diagonal_relaxed")
     if kept.height == 0:  # nothing kept: no optional column, as when the file is one batch
         kept = kept.select(PAIR_COLUMNS)
     return ColumnarImport(opened.format, kept, quarantine, opened.read)
 
 
-def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS) -> ColumnarBatches | None:
+def _refused(why: list[str] | None, reason: str) -> None:
+    """None, the answer of a file the row path must import; `why` (when the caller asks) gets the reason."""
+    if why is not None:
+        why.append(reason)
+    return None
+
+
+def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS,
+                    why: list[str] | None = None) -> ColumnarBatches | None:
     """The columnar import of a plain Parquet file or a JSON Lines one, `batch_rows` rows (lines) at a
     time (so a file of any size converts in the memory of one batch), or None when the row path
     must do it. The batches
@@ -321,21 +340,24 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     turns out to need the row path after all."""
     require_regular_file(path)  # before any of the reads below
     if not _plain_parquet(path):
-        return _jsonl_batches(path, fmt, max_text_bytes, batch_rows) if _jsonl(path) else None
+        if _jsonl(path):
+            return _jsonl_batches(path, fmt, max_text_bytes, batch_rows, why)
+        return _refused(why, "only Parquet and JSON Lines files have a columnar path (not CSV, TSV, a JSON "
+                             "array or a gzipped Parquet file)")
     try:
         schema = pl.read_parquet_schema(path)
         head = pl.read_parquet(path, n_rows=1)
         rows = pl.scan_parquet(path).select(pl.len()).collect().item()
     except (pl.exceptions.PolarsError, OSError):
-        return None  # the row path reads it with pyarrow and names the problem
+        return _refused(why, "polars cannot read it")  # the row path reads it with pyarrow and names the problem
     schema = pl.Schema(schema)
     id_column = _supported(schema)
     if id_column is None or rows == 0 or "__row" in schema:
-        return None
+        return _refused(why, _unsupported(schema) if rows else "no rows")
     columns = set(schema)
     fmt = check_format(path, fmt, columns, columns, head.row(0, named=True))
     if fmt not in CONVERTERS_COVERED:
-        return None
+        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})")
     optional = [c for c in OPTIONAL_COLUMNS if c in columns and c != "prompt_messages"]
     starts = range(0, rows, batch_rows)
     present = None if optional else []
@@ -362,7 +384,8 @@ def _jsonl(path: Path) -> bool:
         return False  # the row path says what is wrong with it
 
 
-def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int) -> ColumnarBatches | None:
+def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
+                   why: list[str] | None = None) -> ColumnarBatches | None:
     """The columnar import of a JSON Lines file (gzipped or not), `batch_rows` lines at a time
     (prefdata.data.ndjson parses them; the lines polars could read differently go through the row
     reader). The format is the row path's choice from the first rows; None when that path must say
@@ -372,17 +395,17 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int) -
     max_line_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
     head = list(islice((r for r in read_rows(path, max_line_bytes) if r.data is not None), FORMAT_ROWS))
     if not head:
-        return None
+        return _refused(why, "no readable row among its first lines")
     columns = set().union(*(r.data.keys() for r in head))
     try:
         fmt = check_format(path, fmt, columns, columns, head[0].data)
-    except UnusableInput:
-        return None  # the row path, over every row, gives the exact message (or finds the columns later on)
+    except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
+        return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format")
     if fmt not in CONVERTERS_COVERED:
-        return None
+        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})")
     lines, valued = ndjson.scan(path, OPTIONAL_COLUMNS, SCORE_COLUMNS)
     if lines == 0:
-        return None
+        return _refused(why, "no rows")
     n_batches = -(-lines // batch_rows)
     # the same columns in every batch: those with a value somewhere in the file (as for Parquet)
     present = None if n_batches == 1 else [c for c in OPTIONAL_COLUMNS if c in valued and c != "prompt_messages"]
@@ -395,8 +418,7 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int) -
             schema = pl.Schema({c: d for c, d in frame.schema.items() if not c.startswith("__")})
             id_column = _supported(schema)
             if id_column is None:
-                raise UnsupportedBatch(f"{path}: a column of nested or mixed values "
-                                       f"({', '.join(f'{c}: {d}' for c, d in schema.items())})")
+                raise UnsupportedBatch(f"{path}: {_unsupported(schema)}")
             given = set(schema).union(*(r.data for r in rows if r.data is not None))
             optional = [c for c in OPTIONAL_COLUMNS if c in given and c != "prompt_messages"]
             if present is not None:

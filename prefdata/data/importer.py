@@ -43,6 +43,7 @@ class ImportResult:
     votes_kept: int = 0
     votes_quarantined: int = 0
     sources: list[dict[str, Any]] = field(default_factory=list)
+    row_by_row: str | None = None  # why the file was imported row by row, when it was (not in the summary)
 
     @property
     def unresolved(self) -> dict[str, int]:
@@ -164,11 +165,14 @@ def import_file(
     the same rows, ids, reasons and row numbers, at a small multiple of a plain read); every other
     file, or `columnar=False`, goes row by row, the reference the columnar path is tested against."""
     path = Path(src)
+    why: list[str] = []
     if columnar:
-        done = convert_columnar(path, fmt, max_text_bytes)
+        done = convert_columnar(path, fmt, max_text_bytes, why)
         if done is not None:
             return _finish(path, done.format, done.pairs, [], [], done.quarantine, done.read, votes)
-    return import_rows(path, fmt, votes, max_text_bytes, track, aggregate)
+    result = import_rows(path, fmt, votes, max_text_bytes, track, aggregate)
+    result.row_by_row = why[0] if why else "asked for (columnar=False)"
+    return result
 
 
 def import_rows(
@@ -316,13 +320,16 @@ def import_file_to_store(
     not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
     their text is in the version's shards. `batch_rows` (default BATCH_ROWS): rows per batch."""
     path = Path(src)
-    opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS)
+    why: list[str] = []
+    opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS, why)
     if opened is not None and opened.n_batches > 1:
         try:
             return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
-        except MixedIds:
-            pass  # ids on some rows only: the row path settles their collisions, in memory
-    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate)
+        except MixedIds as exc:  # ids on some rows only: the row path settles their collisions, in memory
+            why.append(str(exc).removeprefix(f"{path}: "))
+    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate, columnar=not why)
+    if why:
+        result.row_by_row = why[0]
     return result, import_to_store(result, name, store, guidelines)
 
 
