@@ -403,12 +403,14 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
         return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format")
     if fmt not in CONVERTERS_COVERED:
         return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})")
-    lines, valued = ndjson.scan(path, OPTIONAL_COLUMNS, SCORE_COLUMNS)
+    lines = ndjson.count_lines(path)
     if lines == 0:
         return _refused(why, "no rows")
     n_batches = -(-lines // batch_rows)
-    # the same columns in every batch: those with a value somewhere in the file (as for Parquet)
-    present = None if n_batches == 1 else [c for c in OPTIONAL_COLUMNS if c in valued and c != "prompt_messages"]
+    present = None  # one batch: the columns its kept rows give
+    if n_batches > 1:  # the same columns in every batch: those some row of the file gives (as for Parquet)
+        given = ndjson.columns_given(path, OPTIONAL_COLUMNS, SCORE_COLUMNS)
+        present = [c for c in OPTIONAL_COLUMNS if c in given and c != "prompt_messages"]
     earlier = _Earlier(carry=n_batches > 1)
     opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
 

@@ -46,29 +46,41 @@ def _corrupt(path: Path, exc: Exception) -> UnusableInput:
     return UnusableInput(f"{path}: corrupt gzip data ({exc})")
 
 
-def scan(path: Path, optional_columns: tuple[str, ...], written_columns: tuple[str, ...]) -> tuple[int, set[str]]:
-    """One pass over the file's bytes: its physical lines (as the row reader numbers them: a last
-    line without a newline counts) and the columns a row gives: `written_columns` when a row has the
-    key, the other `optional_columns` when a row gives it a value other than null (a superset: a
-    text quoting `"split": "x"` counts too)."""
-    lines, last, found = 0, b"\n", set()
-    # polars' (Rust) regex: a key whose values are all null is looked for through the whole file
-    keys = {name: f'"{re.escape(name)}"' + (r"\s*:" if name in written_columns else r'\s*:\s*[^n\s]')
-            for name in optional_columns}
-    tail = b""  # the previous block's end: a key cut between two blocks is still found
+def count_lines(path: Path) -> int:
+    """The file's physical lines, as the row reader numbers them (a last line without a newline
+    counts): one pass of bytes.count."""
+    lines, last = 0, b"\n"
     with _open_data(path) as handle:
         try:
             while block := handle.read(BLOCK_BYTES):
                 lines += block.count(b"\n")
                 last = block[-1:]
-                missing = {name: key for name, key in keys.items() if name not in found}
-                if missing:
-                    window = pl.Series([(tail + block).decode("utf-8", errors="replace")])  # a bad byte is no key
-                    found.update(name for name, key in missing.items() if window.str.contains(key).item())
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _corrupt(path, exc) from None
+    return lines + (last != b"\n")
+
+
+def columns_given(path: Path, optional_columns: tuple[str, ...], written_columns: tuple[str, ...]) -> set[str]:
+    """The columns some row of the file gives: `written_columns` when a row has the key, the other
+    `optional_columns` when a row gives it a value other than null (a superset: a text quoting
+    `"split": "x"` counts too). A pass over the file's bytes: only a file of several batches needs it
+    (their shards must have the same columns)."""
+    found: set[str] = set()
+    keys = {name: re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:' + (b"" if name in written_columns else rb"\s*[^n\s]"))
+            for name in optional_columns}
+    tail = b""  # the previous block's end: a key cut between two blocks is still found
+    with _open_data(path) as handle:
+        try:
+            while len(found) < len(keys) and (block := handle.read(BLOCK_BYTES)):
+                window = tail + block
+                for name, key in keys.items():  # find() first: a key absent from the block costs one search
+                    at = -1 if name in found else window.find(b'"' + name.encode() + b'"')
+                    if at >= 0 and key.search(window, at):
+                        found.add(name)
                 tail = block[-256:]
         except (OSError, EOFError, zlib.error) as exc:
             raise _corrupt(path, exc) from None
-    return lines + (last != b"\n"), found
+    return found
 
 
 def _physical_lines(path: Path, max_line_bytes: int) -> Iterator[list[bytes | _Oversized]]:
@@ -246,7 +258,7 @@ def _parse_block(first: int, lines: list[bytes | _Oversized], max_line_bytes: in
 def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tuple[str, ...],
             score_columns: tuple[str, ...]) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
     """(frame, reference rows) for each `batch_lines` physical lines of the file, in order: as many
-    batches as `scan`'s line count / batch_lines, rounded up. A batch's rows read are its frame's rows
+    batches as `count_lines` / batch_lines, rounded up. A batch's rows read are its frame's rows
     plus its reference rows."""
     first, boundary = 1, 1 + batch_lines  # the next line's number; the first line of the next batch
     frames: list[pl.DataFrame] = []
