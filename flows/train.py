@@ -19,13 +19,10 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
     from prefdata.trainers import train as run_trainer
 
     logger = get_run_logger()
-    base_model = training.base_model
-    if base_model == "world":
-        from prefdata.world import build_world
+    from prefdata.world.build import model_or_world
 
-        base_model = str(build_world().sft)
     result = run_trainer(training.method, ref, training.config, store=store, output_dir=training.output_dir,
-                         base_model=base_model, log=logger.info)
+                         base_model=model_or_world(training.base_model), log=logger.info)
     return {"model_dir": str(result.model_dir), "metrics": dict(result.metrics), "card": str(result.card)}
 
 

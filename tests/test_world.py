@@ -457,3 +457,28 @@ def test_a_rebuild_reproduces_the_shipped_world(tmp_path):
         assert abs(built["general_accuracy"] - ship["general_accuracy"]) <= 0.02
     assert 0.2 <= info["metrics"]["task_accuracy"] <= 0.8
     assert info["metrics"]["general_accuracy"] >= 0.9
+
+
+def test_world_as_a_base_model_is_the_world_sft_folder(tmp_path, monkeypatch):
+    """`prefdata train --base-model world`, as the train flow's `base_model: world`, starts from the
+    demo world's SFT model: a folder the trainers' preflight loads."""
+    from prefdata.commands.cli import main
+    from prefdata.trainers import TrainResult
+    from prefdata.trainers.preflight import check_base_model
+    from prefdata.world import WORLD_MODEL, model_or_world
+
+    sft = model_or_world(WORLD_MODEL)
+    assert sft == str(build_world().sft)
+    check_base_model(sft)  # a model, not a hub name to fetch
+    assert model_or_world("org/name") == "org/name" and model_or_world(None) is None
+
+    given = {}
+
+    def train(method, dataset, config, **options):  # what the command hands the trainers
+        given.update(options)
+        return TrainResult(method, dataset, tmp_path, tmp_path / "README.md", {})
+
+    monkeypatch.setattr("prefdata.trainers.train", train)
+    with pytest.raises(SystemExit) as done:
+        main(["train", "dpo", "name@v1", "--base-model", WORLD_MODEL, "--output-dir", str(tmp_path)])
+    assert done.value.code == 0 and given["base_model"] == sft

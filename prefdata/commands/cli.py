@@ -454,7 +454,7 @@ def train_command(
     version: Annotated[Optional[str], typer.Argument(metavar="[NAME@VERSION]", help="A validated version, as every other command takes it (or --dataset).")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version: the argument's older spelling.")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
-    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder or hub name (default: the config's).")] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder, .gguf file, hub name, or world (the demo world's SFT model) (default: the config's).")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
     show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
@@ -476,6 +476,10 @@ def train_command(
     writable_dir(output_dir, "--output-dir")
     console = terminal()
     verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
+    if base_model == "world":  # as the train flow takes it (prefdata.world.model_or_world)
+        from prefdata.world.build import model_or_world
+
+        base_model = model_or_world(base_model)
     result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,
                    verbose=verbose)
     if verbose:

@@ -19,7 +19,8 @@ May import: prefdata.base, prefdata.models, prefdata.data, prefdata.collect (its
 """
 
 from prefdata.world.annotators import SimulatedAnnotator, annotator_pool, correct_vote, votes_frame
-from prefdata.world.build import WorldPaths, build_world, evaluate, heldout, sampling_prompts, sft_data
+from prefdata.world.build import (WORLD_MODEL, WorldPaths, build_world, evaluate, heldout, model_or_world,
+                                  sampling_prompts, sft_data)
 from prefdata.world.config import WorldConfig
 from prefdata.world.judge import judge_agreement, judge_comparisons, measure_served_judge, model_judge, verdict_agreement
 from prefdata.world.model import general_accuracy, generate, task_accuracy
@@ -27,8 +28,8 @@ from prefdata.world.tasks import Example, dropped_carry, verify, verify_reverse
 from prefdata.world.tokenizer import build_tokenizer
 
 __all__ = [
-    "Example", "SimulatedAnnotator", "WorldConfig", "WorldPaths", "annotator_pool", "build_tokenizer",
+    "Example", "SimulatedAnnotator", "WORLD_MODEL", "WorldConfig", "WorldPaths", "annotator_pool", "build_tokenizer",
     "build_world", "correct_vote", "dropped_carry", "evaluate", "general_accuracy", "generate", "heldout",
-    "judge_agreement", "judge_comparisons", "measure_served_judge", "model_judge", "sampling_prompts", "sft_data", "task_accuracy", "verify",
+    "judge_agreement", "judge_comparisons", "measure_served_judge", "model_judge", "model_or_world", "sampling_prompts", "sft_data", "task_accuracy", "verify",
     "verdict_agreement", "verify_reverse", "votes_frame",
 ]

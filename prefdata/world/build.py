@@ -88,6 +88,15 @@ def shipped_world(config: WorldConfig | None = None) -> WorldPaths | None:
     return None
 
 
+WORLD_MODEL = "world"  # a base model, policy or prompts spec that names the demo world's own
+
+
+def model_or_world(spec: str | None) -> str | None:
+    """A base model spec with "world" taken to the demo world's SFT model folder (built or taken
+    from its cache): `prefdata train --base-model world` and the train flow's `base_model: world`."""
+    return str(build_world().sft) if spec == WORLD_MODEL else spec
+
+
 def build_world(config: WorldConfig | None = None, cache: Path | str | None = None,
                 log: Callable[[str], None] | None = None, use_shipped: bool = True,
                 judge: bool | None = None) -> WorldPaths:
