@@ -518,13 +518,12 @@ def _as_written(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _written(column: str, frame: pl.DataFrame, accepted: list[dict[str, Any]]) -> bool:
-    """Some kept row has the key (a Parquet column is in every row; a JSON Lines line may leave it out)."""
-    if column in frame.columns and EXPLICIT_NULL + column not in frame.columns and not frame.height:
-        return False
-    if column in frame.columns and (frame[column].is_not_null().any() or (
-            EXPLICIT_NULL + column in frame.columns and frame[EXPLICIT_NULL + column].fill_null(False).any())):
-        return True
-    return any(column in record for record in accepted)
+    """Some kept row of a JSON Lines batch has the key: a value, a key written as null (its mark),
+    or a key of a row the reference converter kept."""
+    mark = EXPLICIT_NULL + column
+    in_frame = column in frame.columns and (frame[column].is_not_null().any() or (
+        mark in frame.columns and frame[mark].fill_null(False).any()))
+    return in_frame or any(column in record for record in accepted)
 
 
 def _content_hash(frame: pl.DataFrame) -> pl.DataFrame:

@@ -198,22 +198,13 @@ def _with_explicit_nulls(frame: pl.DataFrame, lines: list[bytes]) -> pl.DataFram
     return frame.with_columns(pl.Series(name, mark) for name, mark in marks.items() if mark.any())
 
 
-@dataclass
-class Block:
-    """A block's lines: `frame` holds those polars read as the row reader would (`__row`: line
-    numbers), `rows` the row reader's rows for the other non-blank ones."""
-
-    first: int  # the first line's number
-    n_lines: int
-    frame: pl.DataFrame
-    rows: list[RawRow]
-
-
 _SPACE = tuple(b" \t\r\f\v")  # bytes.strip() removes these (and newlines): a line of them only is blank
 
 
 def _parse_block(first: int, lines: list[bytes | _Oversized], max_line_bytes: int, text_columns: tuple[str, ...],
-                 score_columns: tuple[str, ...]) -> Block:
+                 score_columns: tuple[str, ...]) -> tuple[pl.DataFrame, list[RawRow]]:
+    """A block's lines (the first numbered `first`) -> a frame of those polars reads as the row
+    reader would (`__row`: their numbers), and the row reader's rows for the other non-blank ones."""
     joined = None
     if not any(isinstance(line, _Oversized) or not line or line[0] in _SPACE for line in lines):
         joined = b"\n".join(lines)  # the usual block: no line is blank, over the limit or odd at its start
@@ -252,7 +243,7 @@ def _parse_block(first: int, lines: list[bytes | _Oversized], max_line_bytes: in
         kept.append(frame)
     rows = [_reference_row(n, lines[n - first], max_line_bytes) for n in sorted(odd)]
     frame = pl.concat(kept, how="diagonal_relaxed") if kept else pl.DataFrame(schema={"__row": pl.Int64})
-    return Block(first, len(lines), frame, rows)
+    return frame, rows
 
 
 def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tuple[str, ...],
@@ -264,9 +255,8 @@ def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tup
     frames: list[pl.DataFrame] = []
     rows: list[RawRow] = []
     for lines in _physical_lines(path, max_line_bytes):
-        block = _parse_block(first, lines, max_line_bytes, text_columns, score_columns)
+        frame, block_rows = _parse_block(first, lines, max_line_bytes, text_columns, score_columns)
         first += len(lines)
-        frame, block_rows = block.frame, block.rows
         while first >= boundary:  # every line of this batch is read
             inside = frame["__row"] < boundary
             frames.append(frame.filter(inside))
