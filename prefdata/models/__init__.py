@@ -2,6 +2,9 @@
 
     loading     tokenizers, causal LMs, reward models and configs from a folder, a hub name or a
                 .gguf file (converted once into a cached folder); `prefdata model import-gguf`
+    chat        the one rendering of a prompt (and a reply) as model input: chat template on or
+                off, its sha256 and the system prompt recorded; sampling, judging, template_fit
+                and the trainers call it
     reward      a reward model's score of prompt + response, rendered as TRL's RewardTrainer trains
     logprobs    sequence log-probabilities of responses under a causal LM
 
