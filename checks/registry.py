@@ -43,6 +43,7 @@ class CheckInputs:
     lost: pl.DataFrame | None = None            # rows reading a data file (and --votes) left out: id, reason
     rows_read: int | None = None                # rows read from them (default: the pairs given)
     tokenizer: Any = None                       # the trainer's tokenizer, loaded (--tokenizer): template_fit
+    rendering: Any = None                       # how template_fit renders the pairs (prefdata.models.chat.Rendering)
     # pairs too big for memory (checks/batched.py): their Parquet shards (checks/shards.py Shards); `pairs`
     # is then the thin frame (no responses: their lengths and the chosen text's hash), `sft` thinned too
     shards: Any = None
@@ -185,7 +186,8 @@ CHECKS: dict[str, Check] = {
                              ranges={"max_share": SHARE}),
     "gx": Check(gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir},
                 ranges={"max_length_ratio": LENGTH_RATIO, "max_text_chars": POSITIVE, "min_rows": COUNT}),
-    "template_fit": Check(template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer},
+    "template_fit": Check(template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer,
+                                                                           "rendering": i.rendering},
                           ranges={"max_length": POSITIVE, "max_offending_share": SHARE},
                           merge=Merge(template_fit.fit_message), needs_text=True, needs=("tokenizer",)),
 }

@@ -1,27 +1,25 @@
-"""`template_fit`: the pairs as the trainer will tokenise them (issue 14, item 1).
+"""`template_fit`: the pairs as the trainer will tokenise them (issue 14, item 1; issue 21, item 1).
 
 Users lose training runs to four silent tokenisation faults (trl#4481, trl#1591, axolotl#1616):
-a pair cut at `max_length`, a doubled BOS, a rendered text without the EOS the chat template
-promises, and a prompt whose tokens are not a prefix of prompt + response tokens (the DPO loss then
-masks the wrong tokens: TRL 1.16 starts the completion where the two token lists diverge, so the
-end of the prompt is trained as if it were response, or left out of the context).
+a pair cut at `max_length`, a doubled BOS, a rendered text without the EOS the trainer relies on,
+and a prompt whose tokens are not a prefix of prompt + response tokens (the DPO loss then masks the
+wrong tokens: TRL 1.16 starts the completion where the two token lists diverge, so the end of the
+prompt is trained as if it were response, or left out of the context).
 
-Rendering mirrors TRL 1.16 (trl/data_utils.py `apply_chat_template`/`maybe_apply_chat_template` and
-trl/trainer/dpo_trainer.py `_prepare_dataset`):
+Every pair is rendered by prefdata.models.chat, the one rendering that sampling and every trainer
+use: the prompt as it was sampled (`render_prompt`), and each side as the trainer hands it to TRL
+(`render_example`: the conversation the chat template writes, or the plain prompt and reply, the
+completion ending with the eos token), tokenised as TRL tokenises text (`tokenizer(text)`). The
+rendering (chat template on or off, a system prompt) is a `chat.Rendering`: `prefdata check` takes
+it from `--chat`/`--system-prompt` or from what a version's lineage records, `prefdata train` passes
+the one its run uses; none given resolves `chat: auto` on the tokenizer. A conversational row
+(`prompt_messages`) keeps its turns.
 
-* a tokenizer with a chat template renders the prompt with `add_generation_prompt=True` and the
-  prompt + response as the whole conversation, both as text (`tokenize=False`); a plain row becomes
-  one user turn and one assistant turn, a conversational row (`prompt_messages`) keeps its turns;
-* the texts are then tokenised as TRL tokenises a non-conversational example: `tokenizer(text)`,
-  special tokens added. That is what prefdata's trainers do (they hand TRL text), and it is where a
-  template that writes `bos_token` itself gets a second BOS from the tokenizer (the "chat template
-  and tokenization don't compose" gotcha TRL cites beside its `_tokenize`);
-* without a chat template the texts are plain concatenations and TRL appends `eos_token` to a
-  response that does not end with it (`add_eos`), so the EOS is "promised" there too.
-
-`chat_template=False` renders every row as plain concatenation whatever the tokenizer has: that is
-what TRL 1.16 does with the plain strings prefdata's trainers hand it (`is_conversational` is false
-for a string prompt, so no template is applied), and how `prefdata train` calls the check.
+Because the one rendering drops a BOS the template writes when the tokenizer adds one, and ends
+every completion with the eos token, `doubled_bos` and `missing_eos` are now rare (a tokenizer with
+no eos token at all, text that itself begins with the BOS); truncation and a prompt whose tokens
+merge with the reply's (or that the template writes differently alone than inside the
+conversation) remain the common faults.
 
 The check itself is pure (pairs and a loaded tokenizer in, a CheckResult out); `load_tokenizer` is
 the one I/O helper, for the command line and the trainers.
@@ -29,7 +27,6 @@ the one I/O helper, for the command line and the trainers.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
@@ -37,8 +34,8 @@ import polars as pl
 from .base import CheckResult, default, skip
 
 CHECK_ID = "template_fit"
-# Defaults set in checks/checklist.yaml (base.default). max_length: TRL 1.16's DPOConfig.max_length
-# default (1024), what a pair is cut at when the config says nothing.
+# Defaults set in checks/checklist.yaml (base.default). max_length: what prefdata's pair trainers (dpo,
+# rm, sft: trainers/config.py PairTrainDefaults) cut a pair at when their config says nothing.
 DEFAULT_MAX_LENGTH = default(CHECK_ID, "max_length")
 # A pair the trainer mangles is a silent bug, not noise to tolerate: by default none may offend.
 DEFAULT_MAX_OFFENDING_SHARE = default(CHECK_ID, "max_offending_share")
@@ -59,37 +56,27 @@ def load_tokenizer(path: str) -> Any:
                          "give a model folder saved with save_pretrained") from None
 
 
-def _messages(prompt: str, prompt_messages: str | None) -> list[dict[str, str]]:
-    if prompt_messages:
-        turns = json.loads(prompt_messages)
-        if isinstance(turns, list) and turns:
-            return turns
-    return [{"role": "user", "content": prompt}]
+def _rendering(tokenizer: Any, rendering: Any) -> Any:
+    from prefdata.models.chat import resolve
 
-
-def _templated(tokenizer: Any, chat_template: bool) -> bool:
-    return bool(chat_template and getattr(tokenizer, "chat_template", None))
+    return rendering if rendering is not None else resolve(tokenizer, "auto")
 
 
 def render(tokenizer: Any, prompt: str, response: str, prompt_messages: str | None = None,
-           chat_template: bool = True) -> tuple[str, str]:
-    """(prompt text, prompt + response text) as the trainer will tokenise them (see the module doc);
-    `chat_template=False`: plain concatenation even when the tokenizer has a template."""
-    if _templated(tokenizer, chat_template):
-        turns = _messages(prompt, prompt_messages)
-        prompt_text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-        full_text = tokenizer.apply_chat_template(turns + [{"role": "assistant", "content": response}], tokenize=False)
-        return prompt_text, full_text
-    eos = tokenizer.eos_token or ""
-    return prompt, prompt + (response if response.endswith(eos) else response + eos)
+           rendering: Any = None) -> tuple[str, str]:
+    """(the prompt as sampled, prompt + completion as the trainer tokenises it), by the one
+    rendering (prefdata.models.chat); `rendering` None: chat auto for this tokenizer."""
+    from prefdata.models.chat import render_example, render_prompt
+
+    rendering = _rendering(tokenizer, rendering)
+    prompt_text, completion = render_example(tokenizer, rendering, prompt, response, prompt_messages)
+    return render_prompt(tokenizer, rendering, prompt, prompt_messages), prompt_text + completion
 
 
-def _promises_eos(tokenizer: Any, chat_template: bool = True) -> bool:
-    """A template promises EOS when it writes `eos_token`; plain concatenation always does (TRL adds it)."""
-    if not _templated(tokenizer, chat_template):
-        return True
-    template = tokenizer.chat_template
-    return isinstance(template, str) and "eos_token" in template
+def _promises_eos(tokenizer: Any, rendering: Any) -> bool:
+    """Every completion should end with the eos token: the renderer appends it. Only a tokenizer
+    without one breaks that; a chat template then marks a reply's end itself, plain text cannot."""
+    return tokenizer.eos_token_id is not None or not rendering.chat
 
 
 def _ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
@@ -110,20 +97,21 @@ def _ends_with(ids: list[int], token: int | None, is_space: Any) -> bool:
 
 
 def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = DEFAULT_MAX_LENGTH,
-                 chat_template: bool = True) -> dict[str, list[str]]:
+                 rendering: Any = None) -> dict[str, list[str]]:
     """pair id -> the problems of that pair (truncated, doubled_bos, missing_eos, prompt_not_prefix);
     pairs without a problem are absent."""
     messages = pairs["prompt_messages"].to_list() if "prompt_messages" in pairs.columns else [None] * pairs.height
+    rendering = _rendering(tokenizer, rendering)
     prompts, fulls = [], []
     for prompt, chosen, rejected, turns in zip(pairs["prompt"].to_list(), pairs["chosen"].to_list(),
                                                pairs["rejected"].to_list(), messages, strict=True):
         for response in (chosen, rejected):
-            p, f = render(tokenizer, prompt, response, turns, chat_template)
+            p, f = render(tokenizer, prompt, response, turns, rendering)
             prompts.append(p)
             fulls.append(f)
     prompt_ids, full_ids = _ids(tokenizer, prompts), _ids(tokenizer, fulls)
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    promised = _promises_eos(tokenizer, chat_template)
+    promised = _promises_eos(tokenizer, rendering)
     spaces: dict[int, bool] = {}
 
     def is_space(token: int) -> bool:
@@ -150,22 +138,24 @@ def fit_problems(pairs: pl.DataFrame, tokenizer: Any, max_length: int | None = D
 
 
 def check_template_fit(pairs: pl.DataFrame, tokenizer: Any = None, max_length: int | None = DEFAULT_MAX_LENGTH,
-                       max_offending_share: float = DEFAULT_MAX_OFFENDING_SHARE, chat_template: bool = True) -> CheckResult:
+                       max_offending_share: float = DEFAULT_MAX_OFFENDING_SHARE, rendering: Any = None) -> CheckResult:
     """Share of pairs the trainer would truncate at `max_length` tokens (prompt + the longer
     response) or tokenise with a doubled BOS, without the promised EOS, or with a prompt whose tokens
     are not a prefix of prompt + response; fails above `max_offending_share`. Skips without a
-    tokenizer. The trainers call this too, with their base model's tokenizer and max_length, and
-    `chat_template=False` (they hand TRL plain text; see the module doc). max_length None: no cut."""
+    tokenizer. The trainers call this too, with their base model's tokenizer, max_length and the
+    rendering their run uses (a prefdata.models.chat.Rendering; None: chat auto). max_length None: no cut."""
     if tokenizer is None:
         return skip(CHECK_ID, HOW_TO_RUN, max_offending_share)
     if pairs.height == 0:
         return skip(CHECK_ID, "no pairs to render", max_offending_share)
-    problems = fit_problems(pairs, tokenizer, max_length, chat_template)
+    rendering = _rendering(tokenizer, rendering)
+    problems = fit_problems(pairs, tokenizer, max_length, rendering)
     share = len(problems) / pairs.height
     counts = {kind: sum(kind in found for found in problems.values()) for kind in PROBLEMS}
     status = "fail" if share > max_offending_share else "pass"
-    template = "chat template" if _templated(tokenizer, chat_template) else "plain concatenation"
-    details = {**counts, "max_length": max_length, "template": template, "n_offending": len(problems),
+    template = "chat template" if rendering.chat else "plain concatenation"
+    details = {**counts, "max_length": max_length, "template": template, "rendering": rendering.record(),
+               "n_offending": len(problems),
                "problems": dict(list(problems.items())[:20])}
     return CheckResult(CHECK_ID, status, metric=share, threshold=max_offending_share, offending=tuple(problems),
                        message=fit_message(details, len(problems), pairs.height, max_offending_share), details=details)

@@ -203,9 +203,6 @@ def test_checks_are_the_publishing_functions_keywords():
     assert {name: theirs.get(name, "(missing)") for name in Checks.model_fields} == fields(Checks)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="checks/checklist.yaml checks template_fit at 1024 tokens (TRL's default) "
-                                       "while prefdata's pair trainers (dpo, rm, sft) cut "
-                                       "at 256 (PairTrainDefaults): neither file is the commands'; reported")
 def test_the_checklist_fits_pairs_to_the_trainers_max_length():
     from prefdata.checks.checklist import default_config
     from prefdata.trainers import load

@@ -43,7 +43,8 @@ def test_good_template_passes_and_renders_like_the_trainer(tiny_llama):
     result = check_template_fit(PAIRS, tok)
     assert result.status == "pass" and result.metric == 0.0 and result.offending == ()
     prompt, full = render(tok, "Say hi.", "hi")
-    assert prompt == "user: Say hi.\nassistant: " and full == "user: Say hi.\nassistant: hi\n"
+    # the template ends the turn with "\n" and writes no EOS: the trainer's text ends with one
+    assert prompt == "user: Say hi.\nassistant: " and full == "user: Say hi.\nassistant: hi\n</s>"
     # one BOS, from the tokenizer (the template writes none)
     ids = tok(full)["input_ids"]
     assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id
@@ -59,22 +60,32 @@ def test_truncation_at_a_small_max_length(tiny_llama):
     assert check_template_fit(PAIRS, tok, max_length=80).status == "pass"  # 1 + 32 + 34 + "\\n"
 
 
-def test_template_that_writes_bos_gets_a_doubled_bos(tmp_path):
+def test_template_that_writes_bos_keeps_one_bos(tmp_path):
+    """A template writing the BOS while the tokenizer adds one would give two (TRL's gotcha); the one
+    rendering drops the template's, so sampling and every trainer see one, and the check finds none."""
     template = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" \
                "{% if add_generation_prompt %}assistant: {% endif %}"
     tok = load_tokenizer(str(_saved(_char_tokenizer(template), tmp_path / "tok")))
     result = check_template_fit(PAIRS, tok)
-    assert result.status == "fail" and result.offending == ("p1", "p2", "p3")
-    assert result.details["doubled_bos"] == 3 and result.details["missing_eos"] == 0
+    assert result.status == "pass" and result.details["doubled_bos"] == 0
+    prompt, full = render(tok, "Say hi.", "hi")
+    assert tok(prompt)["input_ids"][:2] == [tok.bos_token_id, tok("u", add_special_tokens=False)["input_ids"][0]]
+    assert not prompt.startswith(tok.bos_token) and full.startswith(prompt)
 
 
-def test_template_that_promises_eos_but_drops_it_on_the_last_turn(tmp_path):
-    # EOS after every turn but the last one: the response the loss sees never ends.
+def test_template_that_drops_eos_on_the_last_turn_gets_it_back(tmp_path):
+    # EOS after every turn but the last one: the response the loss sees would never end; the one
+    # rendering ends every completion with the EOS, as TRL does for text.
     dropping = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% if not loop.last %}{{ eos_token }}" \
                "{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
     tok = load_tokenizer(str(_saved(_char_tokenizer(dropping), tmp_path / "dropping")))
     result = check_template_fit(PAIRS, tok)
-    assert result.status == "fail" and result.details["missing_eos"] == 3
+    assert result.details["missing_eos"] == 0
+    prompt, full = render(tok, "Say hi.", "hi")
+    assert full.endswith("assistant: hi" + tok.eos_token)  # (HF renders templates with trim_blocks: no "\n")
+    # ...but this template writes the user's turn differently alone (no EOS: it is the last turn) than
+    # inside the conversation: the prompt sampled on is not the context trained on
+    assert not full.startswith(prompt) and result.status == "fail" and result.details["prompt_not_prefix"] == 3
 
     keeping = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% if m['role'] == 'assistant' %}" \
               "{{ eos_token }}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
@@ -130,7 +141,7 @@ def test_conversational_rows_keep_their_turns(tiny_llama):
     turns = json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}])
     prompt, full = render(tok, "Say hi.", "hi", turns)
     assert prompt == "system: Be brief.\nuser: Say hi.\nassistant: "
-    assert full == "system: Be brief.\nuser: Say hi.\nassistant: hi\n"
+    assert full == "system: Be brief.\nuser: Say hi.\nassistant: hi\n</s>"
 
 
 def test_runner_skips_without_a_tokenizer_and_config_sets_max_length(tiny_llama, tmp_path):
@@ -178,13 +189,33 @@ def test_trainer_rows_without_ids_are_named_by_index(tiny_llama):
     assert result.status == "fail" and result.offending == ("1",)
 
 
-def test_plain_mode_renders_as_trainers_that_hand_trl_text(tmp_path):
-    """prefdata's trainers hand TRL plain strings, which TRL 1.16 never puts through the chat template
-    (it appends EOS and tokenises the concatenation): with chat_template=False the check renders that
-    way, so a template fault the trainer never meets is not reported, and the plain text is what counts."""
-    tok = load_tokenizer(str(_saved(_char_tokenizer("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"),
-                                    tmp_path / "tok")))
-    assert check_template_fit(PAIRS, tok).details["doubled_bos"] == 3  # the template's bos + the tokenizer's
-    plain = check_template_fit(PAIRS, tok, chat_template=False)
-    assert plain.status == "pass" and plain.details["template"] == "plain concatenation"
-    assert render(tok, "Say hi.", "hi", chat_template=False) == ("Say hi.", "Say hi.hi" + tok.eos_token)
+def test_the_rendering_given_is_the_one_used(tmp_path):
+    """A template that writes only the user's text (the demo world's) cannot carry a reply: chat auto
+    renders plain text there; a Rendering passed in (what train and a version's lineage say) wins."""
+    from prefdata.models.chat import Rendering, resolve
+
+    from prefdata.world.tokenizer import CHAT_TEMPLATE as USER_TURNS_ONLY
+
+    tok = load_tokenizer(str(_saved(_char_tokenizer(USER_TURNS_ONLY), tmp_path / "tok")))
+    auto = check_template_fit(PAIRS, tok)
+    assert auto.status == "pass" and auto.details["template"] == "plain concatenation"
+    assert auto.details["rendering"] == {"chat": False, "template_sha256": None, "system": None}
+    assert render(tok, "Say hi.", "hi") == ("Say hi.", "Say hi.hi" + tok.eos_token)
+    with pytest.raises(ValueError, match="does not write the assistant's turn"):
+        resolve(tok, "true")
+    system = Rendering(False, None, "Be brief.")
+    assert render(tok, "Say hi.", "hi", rendering=system) == ("Be brief.\n\nSay hi.", "Be brief.\n\nSay hi.hi" + tok.eos_token)
+
+
+def test_cli_check_chat_option(tiny_llama, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in PAIRS.drop("id").to_dicts()))
+    plain = _cli("check", str(data), "--tokenizer", str(tiny_llama), "--chat", "false", "--system-prompt", "Be brief.",
+                 "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    report = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["checks"]}
+    assert report["template_fit"]["details"]["template"] == "plain concatenation", plain.stdout + plain.stderr
+    assert report["template_fit"]["details"]["rendering"] == {"chat": False, "template_sha256": None, "system": "Be brief."}
+
+    bad = _cli("check", str(data), "--tokenizer", str(tiny_llama), "--chat", "maybe", cwd=tmp_path)
+    assert bad.returncode == 2 and "--chat" in bad.stderr and "auto, true, false" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

@@ -309,7 +309,9 @@ def check(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
     scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
     tokenizer: Annotated[Optional[str], typer.Option(help="The trainer's model folder: template_fit renders every pair with its tokenizer.")] = None,
-    max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (default: the config's, 1024).", min=1)] = None,
+    max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (prefdata's dpo/rm/sft cut; default: the config's, 256).", min=1)] = None,
+    chat: Annotated[str, typer.Option(help="template_fit: render the pairs through the tokenizer's chat template (true), as plain text (false), or auto: as NAME@VERSION's lineage records they were sampled, else the template when the tokenizer has one that writes replies.")] = "auto",
+    system_prompt: Annotated[Optional[str], typer.Option(help="template_fit: the system prompt the trainer puts first (default: the one NAME@VERSION's lineage records, else none).")] = None,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
     batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
@@ -339,6 +341,12 @@ def check(
         prewarm()  # GX's import (seconds of Python) overlaps reading and importing DATA
     if max_length is not None:
         checklist["checks"].setdefault("template_fit", {})["max_length"] = max_length
+    try:
+        from prefdata.models.chat import chat_mode
+
+        chat = chat_mode(chat)
+    except ValueError as exc:
+        raise UnusableInput(f"--chat: {exc}") from None
     loaded_tokenizer = None
     if tokenizer is not None:
         from prefdata.checks.template_fit import load_tokenizer
@@ -351,6 +359,8 @@ def check(
                                scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None,
                                batch_rows=batch_rows)
     inputs.tokenizer = loaded_tokenizer
+    if loaded_tokenizer is not None:
+        inputs.rendering = _check_rendering(loaded_tokenizer, chat, system_prompt, inputs.lineage)
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
     _write_json(json_path, {**outcome.report, "input": info})
     # what reading the file (and --votes) left out, said here too, not only in --json; the gate
@@ -364,6 +374,25 @@ def check(
     for kind, path in outcome.reports.items():
         terminal().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
+
+
+def _check_rendering(tokenizer, chat: str, system_prompt: str | None, lineage: dict | None):
+    """template_fit's rendering: --chat/--system-prompt, where not given as a version's lineage
+    records its prompts were sampled (prefdata.models.chat); a template that differs is said."""
+    from prefdata.models.chat import Rendering, resolve
+
+    recorded = Rendering.from_record((lineage or {}).get("rendering"))
+    if recorded is not None and chat == "auto":
+        chat = "true" if recorded.chat else "false"
+    system = system_prompt if system_prompt is not None else (recorded.system if recorded else None)
+    try:
+        rendering = resolve(tokenizer, chat, system)
+    except ValueError as exc:
+        raise UnusableInput(f"--chat {exc}") from None
+    if recorded is not None and recorded.difference(rendering):
+        terminal().print(f"note: the pairs were sampled with {recorded.describe()}; template_fit renders them with "
+                         f"{rendering.describe()} (the --tokenizer's), and `prefdata train` will refuse that base model")
+    return rendering
 
 
 @app.command("filter")
