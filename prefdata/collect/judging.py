@@ -209,18 +209,23 @@ class _Call:
 
 class LocalChat:
     """Chat replies from a causal LM in this process (transformers), greedy: an LLM judge without a
-    server. Each conversation goes through the tokenizer's chat template; left-padded batches of
-    `batch_size` share one `generate`. A model without a chat template is refused in one line: a
-    judge must be asked as a chat model is."""
+    server. Each conversation is rendered by the one chat rendering (prefdata.models.chat, its chat
+    template on; a judge only reads prompts, so a template that drops the assistant's turn, as the
+    demo world's judge's, serves) and tokenised as `chat.encode` does, one BOS whether the template
+    writes it or the tokenizer adds it; left-padded batches of `batch_size` share one `generate`. A
+    model without a chat template is refused in one line: a judge must be asked as a chat model is."""
 
     def __init__(self, model_path: str, max_tokens: int = 512, batch_size: int = 8):
+        from prefdata.models.chat import resolve
         from prefdata.models.loading import load_causal_lm, load_tokenizer
 
         self.max_tokens, self.batch_size = max_tokens, batch_size
         self.tokenizer = load_tokenizer(model_path, padding_side="left")
-        if not getattr(self.tokenizer, "chat_template", None):
+        try:
+            self.rendering = resolve(self.tokenizer, "true", replies=False)
+        except ValueError:
             raise UnusableInput(f"judge model {model_path}: its tokenizer has no chat template; an LLM judge "
-                                "needs a chat (instruct) model, or use a verifier (rule:module:function)")
+                                "needs a chat (instruct) model, or use a verifier (rule:module:function)") from None
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = load_causal_lm(model_path).eval()
@@ -245,9 +250,10 @@ class LocalChat:
     def _generate(self, batch: list[list[dict]]) -> list[str]:
         import torch
 
-        texts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in batch]
-        # the template writes any BOS itself: tokenizing must not add a second one
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        from prefdata.models.chat import render_prompt
+
+        texts = [render_prompt(self.tokenizer, self.rendering, c) for c in batch]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True)  # = chat.encode(tokenizer, text), left-padded
         with torch.inference_mode():
             ids = self.model.generate(**enc, do_sample=False, max_new_tokens=self.max_tokens,
                                       pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids)

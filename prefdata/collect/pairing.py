@@ -8,6 +8,8 @@ ids from records.pair_id / records.prompt_id) plus the provenance the `same_poli
     model_a, model_b          `model@revision` of each side's policy
     sampling_a, sampling_b    JSON of the backend and sampling params of each side
     candidate_a, candidate_b  the candidates' indices; score_a, score_b with best_vs_worst
+    prompt_messages           only for a prompt given as messages: their JSON (`prompt` is its text),
+                              as an imported conversational row carries them, for the trainers' rendering
 
 Identical candidates (equal after records.normalise_text) never form a pair: a degenerate pair
 carries no preference. Side A is always the candidate sampled first, whatever the scores say, so
@@ -48,6 +50,9 @@ def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "a
         raise ValueError(f"strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     if any(c.prompt != prompt for c in candidates):
         raise ValueError("every candidate must answer the prompt given")
+    messages = {c.prompt_messages for c in candidates}
+    if len(messages) > 1:
+        raise ValueError("every candidate must answer the same prompt messages")
     if (strategy == "best_vs_worst") != (scores is not None):
         raise ValueError(f"scores are needed by best_vs_worst and only by it (strategy={strategy!r}, "
                          f"scores {'given' if scores is not None else 'missing'})")
@@ -72,6 +77,8 @@ def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "a
                "prompt": prompt, "response_a": a.text, "response_b": b.text, "label": None,
                "model_a": a.policy, "model_b": b.policy, "sampling_a": _sampling(a), "sampling_b": _sampling(b),
                "candidate_a": a.index, "candidate_b": b.index}
+        if a.prompt_messages is not None:
+            row["prompt_messages"] = a.prompt_messages
         if scores is not None:
             row.update(score_a=float(scores[i]), score_b=float(scores[j]))
         rows.append(row)

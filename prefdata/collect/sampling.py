@@ -14,6 +14,13 @@ Every Candidate carries what the checklist's `same_policy` item needs to verify 
 of a pair come from one policy and one sampling setup: the model, its revision (hub commit or a
 hash of the local checkpoint), the sampling params and the backend. Pairs name their models as
 `model@revision`, so two checkpoints saved under one path are two policies.
+
+Prompts reach the model through the one chat rendering (prefdata.models.chat): every sampler takes
+`chat` (auto, true, false) and a `system` prompt, resolves them once into `.rendering` (what a draft
+version's lineage records as `lineage["rendering"]`, and what the trainers render their data with)
+and renders each prompt with `chat.render_prompt`. A prompt is plain text or a list of `{role,
+content}` messages (TRL's conversational format); a candidate keeps the prompt as the user gave it:
+its text (`prompt_text`) and, for messages, their JSON (`prompt_messages`), never the rendered input.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 from prefdata.base.errors import UnusableInput
+from prefdata.models.chat import Rendering, chat_mode, render_prompt, resolve, template_sha256, turns
 # Pairing lives in its own module (one job each); re-exported here because it is the next step.
 from prefdata.collect.pairing import build_pairs, sampler_lineage  # noqa: F401
 from prefdata.data.records import Candidate
@@ -56,8 +64,38 @@ class SamplingParams:
         return asdict(self)
 
 
+Prompt = str | list[dict[str, str]]  # plain text, or {role, content} messages
+
+
 class Sampler(Protocol):
-    def sample(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Candidate]]: ...
+    rendering: Rendering
+
+    def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]: ...
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """The text a record carries for a prompt: plain text as it is; messages as an imported TRL
+    conversational row's prompt reads (prefdata.data.formats: one message's content, else each turn
+    as "Role: content"), their turns kept beside it in `prompt_messages`."""
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) == 1:
+        return prompt[0]["content"]
+    return "".join(f"\n\n{m['role'].capitalize()}: {m['content']}" for m in prompt).lstrip("\n")
+
+
+def prompt_messages(prompt: Prompt) -> str | None:
+    """The JSON of a message prompt's turns (a record's `prompt_messages`); None for plain text."""
+    if isinstance(prompt, str):
+        return None
+    return json.dumps([{"role": m["role"], "content": m["content"]} for m in prompt], ensure_ascii=False)
+
+
+def _resolved(tokenizer, chat: str, system: str | None, who: str) -> Rendering:
+    try:
+        return resolve(tokenizer, chat, system)
+    except ValueError as error:  # chat: true without a usable template: one line, with the fix
+        raise UnusableInput(f"{who}: {error}") from None
 
 
 def model_revision(path: str | Path) -> str | None:
@@ -83,27 +121,37 @@ def model_revision(path: str | Path) -> str | None:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def _check_n(prompts: list[str], n: int) -> None:
+def _check_n(prompts: list[Prompt], n: int) -> None:
     if n < 1:
         raise ValueError(f"n={n}: ask for at least one candidate per prompt")
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not one string")
+    bad = next((p for p in prompts if not (isinstance(p, str) or (isinstance(p, list) and p and all(
+        isinstance(m, dict) and {"role", "content"} <= m.keys() for m in p)))), None)
+    if bad is not None:
+        raise TypeError(f"a prompt is a string or a non-empty list of {{role, content}} messages, not {bad!r:.80}")
 
 
 class TransformersSampler:
     """Batched sampling in process. `batch_size` prompts go through one `generate` call with
     num_return_sequences=n, so a call produces batch_size * n candidates. Reproducible: one
     torch.manual_seed(params.seed) per `sample` call, so the same prompts, n, params and batch_size
-    give the same candidates (a different batch_size draws the random numbers in another order)."""
+    give the same candidates (a different batch_size draws the random numbers in another order).
+
+    Each prompt is rendered (`chat`, `system`: prefdata.models.chat) and tokenised as the trainers
+    tokenise it, `tokenizer(text)` with its special tokens, so a row's ids are
+    `chat.encode(tokenizer, chat.render_prompt(...))` behind its left padding."""
 
     name = "transformers"
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16):
+    def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16, chat: str = "auto",
+                 system: str | None = None):
         from prefdata.models.loading import load_causal_lm, load_tokenizer
 
         self.model_path, self.batch_size = str(model_path), batch_size
         # Left padding: generation appends on the right, so every row's last position must be a real token.
         self.tokenizer = load_tokenizer(model_path, padding_side="left")
+        self.rendering = _resolved(self.tokenizer, chat, system, f"policy {self.model_path}")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = load_causal_lm(model_path).to(device).eval()
@@ -121,7 +169,7 @@ class TransformersSampler:
                                 use_cache=True, pad_token_id=self.tokenizer.pad_token_id,
                                 eos_token_id=sorted(self.eos_ids) or None, **sampling)
 
-    def sample(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Candidate]]:
+    def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]:
         import torch
 
         _check_n(prompts, n)
@@ -130,7 +178,8 @@ class TransformersSampler:
         out: list[list[Candidate]] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start:start + self.batch_size]
-            enc = self.tokenizer(batch, return_tensors="pt", padding=True).to(self.model.device)
+            texts = [render_prompt(self.tokenizer, self.rendering, p) for p in batch]
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
             with torch.inference_mode():
                 ids = self.model.generate(**enc, generation_config=config)
             new = ids[:, enc["input_ids"].shape[1]:].tolist()  # rows: prompt 0 x n, prompt 1 x n, ...
@@ -141,8 +190,9 @@ class TransformersSampler:
                     # A row that stopped early is padded after its eos; cut there, not at the first pad.
                     stop = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
                     text = self.tokenizer.decode(tokens[:stop], skip_special_tokens=True)
-                    group.append(Candidate(prompt, text, self.model_path, self.revision, params.as_dict(), self.name, j,
-                                           "stop" if stop is not None else "length"))
+                    group.append(Candidate(prompt_text(prompt), text, self.model_path, self.revision, params.as_dict(),
+                                           self.name, j, "stop" if stop is not None else "length",
+                                           prompt_messages=prompt_messages(prompt)))
                 out.append(group)
         return out
 
@@ -155,10 +205,25 @@ def _request_seed(seed: int, prompt_index: int, candidate_index: int) -> int:
 
 @dataclass
 class OpenAICompatibleSampler:
-    """Candidates from an OpenAI-compatible server. `api="completions"` sends the raw prompt (a base
-    or SFT policy sampled on its own format); `api="chat"` sends it as one user message through the
-    server's chat template (hosted chat models). Servers may return fewer choices than `n` (transformers
-    serve always returns one), so each prompt is asked again for the remainder until it has n.
+    """Candidates from an OpenAI-compatible server, each prompt rendered by the one chat rendering
+    (prefdata.models.chat) wherever that can be done here:
+
+      `model` a local folder (or .gguf file) with a tokenizer: `chat` (auto, true, false) resolves on
+          that tokenizer as in-process sampling does (auto: the template when it writes the
+          assistant's turn, so the demo world's policy stays on plain text), the prompt is rendered
+          here and sent as text to the completions API, which tokenises it as `chat.encode` does:
+          the served policy reads the very tokens the in-process sampler and the trainers give it
+          (a server's chat API tokenises its template without special tokens, one BOS short where
+          the tokenizer adds it and the template does not write it);
+      a hosted name (no local tokenizer): chat on (auto, true) sends the prompt as messages
+          (`chat.turns`, the system prompt first) to the chat completions API, whose server applies
+          its own template; chat false sends the plain rendering to the completions API.
+
+    `api` ("chat" or "completions"), when given, wins (the older spelling): "chat" always sends
+    messages; "completions" sends the plain rendering, or with chat="true" the local template's.
+    `.api` is the API used and `.rendering` what the draft's lineage records (the template's sha256
+    only when the tokenizer is local). Servers may return fewer choices than `n` (transformers serve
+    always returns one), so each prompt is asked again for the remainder until it has n.
 
     `send_generation_config`: transformers serve only switches sampling on through its own
     `generation_config` field (temperature alone leaves do_sample at the model's default), so the
@@ -170,24 +235,53 @@ class OpenAICompatibleSampler:
     model: str
     api_key_env: str | None = None
     concurrency: int = 4
-    api: str = "completions"
+    api: str | None = None  # None: `chat` decides; "chat" | "completions": this API, whatever `chat` says
     send_generation_config: bool = True
     revision: str | None = None  # of the served model; default: the hash of `model` when it is a local path
     timeout: float = 120.0
     max_retries: int = 3
+    chat: str = "auto"
+    system: str | None = None
+    rendering: Rendering = field(default=None, init=False)
+    _tokenizer: object = field(default=None, init=False, repr=False)
     _client: object = field(default=None, init=False, repr=False)
     name = "openai"
 
     def __post_init__(self):
         from prefdata.collect.openai_http import make_client
 
-        if self.api not in ("completions", "chat") or self.concurrency < 1:
-            raise ValueError(f"OpenAICompatibleSampler: api={self.api!r} must be 'completions' or 'chat' and "
+        mode = chat_mode(self.chat)
+        if self.api not in (None, "completions", "chat") or self.concurrency < 1:
+            raise ValueError(f"OpenAICompatibleSampler: api={self.api!r} must be 'completions', 'chat' or None and "
                              f"concurrency={self.concurrency} >= 1")
+        self._tokenizer = _local_tokenizer(self.model)
+        self.rendering, self.api = self._rendering(mode)
         self.revision = self.revision or model_revision(self.model)
         self._client = make_client(self.base_url, self.api_key_env, self.timeout)
 
-    def _request(self, prompt: str, k: int, params: SamplingParams, seed: int) -> tuple[list[tuple[str, str | None]], str | None]:
+    def _rendering(self, mode: str) -> tuple[Rendering, str]:
+        tok, system, who = self._tokenizer, self.system or None, f"policy {self.model}"
+        if self.api == "chat":  # messages: the server applies its template, whatever it writes
+            return Rendering(True, template_sha256(tok) if tok is not None else None, system, "api: chat"), "chat"
+        if tok is not None and (self.api is None or mode == "true"):  # rendered here, sent as text
+            return _resolved(tok, mode, system, who), "completions"
+        if self.api == "completions":
+            if mode == "true":
+                raise UnusableInput(f"{who}: api completions with chat: true renders the prompt here, and needs the "
+                                    "model's tokenizer in a local folder; give its path as the model, or use api chat")
+            return Rendering(False, None, system, "api: completions"), "completions"
+        chat = mode != "false"  # a hosted name: its server holds the template
+        why = "a served model without a local tokenizer" + ("" if chat else ", chat: false")
+        return Rendering(chat, None, system, why), "chat" if chat else "completions"
+
+    def _input(self, prompt: Prompt) -> list[dict[str, str]] | str:
+        """What the API is sent for a prompt: its messages (chat) or its rendered text (completions)."""
+        if self.api == "chat":
+            return turns(prompt, self.rendering.system)
+        return render_prompt(self._tokenizer, self.rendering, prompt)
+
+    def _request(self, given: list[dict[str, str]] | str, k: int, params: SamplingParams,
+                 seed: int) -> tuple[list[tuple[str, str | None]], str | None]:
         from prefdata.collect.openai_http import RetryPolicy, call_with_retries
 
         kwargs = dict(model=self.model, n=k, max_tokens=params.max_new_tokens, temperature=params.temperature,
@@ -198,37 +292,55 @@ class OpenAICompatibleSampler:
                 config.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
             kwargs["extra_body"] = {"generation_config": json.dumps(config)}
         if self.api == "chat":
-            call = lambda: self._client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kwargs)  # noqa: E731
+            call = lambda: self._client.chat.completions.create(messages=given, **kwargs)  # noqa: E731
         else:
-            call = lambda: self._client.completions.create(prompt=prompt, **kwargs)  # noqa: E731
+            call = lambda: self._client.completions.create(prompt=given, **kwargs)  # noqa: E731
         response, _ = call_with_retries(call, RetryPolicy(max_retries=self.max_retries))
         texts = [((c.message.content or "") if self.api == "chat" else c.text, c.finish_reason) for c in response.choices]
         return texts, getattr(response, "system_fingerprint", None)
 
-    def sample(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Candidate]]:
+    def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]:
         _check_n(prompts, n)
         got: list[list[Candidate]] = [[] for _ in prompts]
+        given = [self._input(p) for p in prompts]  # here, not in the threads: one tokenizer is never shared by two
         with ThreadPoolExecutor(self.concurrency) as pool:
             while short := [i for i in range(len(prompts)) if len(got[i]) < n]:
                 asks = {i: n - len(got[i]) for i in short}
                 seeds = {i: _request_seed(params.seed, i, len(got[i])) for i in short}
-                futures = {i: pool.submit(self._request, prompts[i], asks[i], params, seeds[i]) for i in short}
+                futures = {i: pool.submit(self._request, given[i], asks[i], params, seeds[i]) for i in short}
                 for i, future in futures.items():
                     texts, fingerprint = future.result()
                     if not texts:
                         raise RuntimeError(f"{self.base_url}: the server returned no choices for prompt {i}")
                     for text, finish in texts[:asks[i]]:
-                        got[i].append(Candidate(prompts[i], text, self.model, self.revision or fingerprint,
-                                                params.as_dict(), self.name, len(got[i]), finish, seeds[i]))
+                        got[i].append(Candidate(prompt_text(prompts[i]), text, self.model, self.revision or fingerprint,
+                                                params.as_dict(), self.name, len(got[i]), finish, seeds[i],
+                                                prompt_messages(prompts[i])))
         return got
 
 
+def _local_tokenizer(model: str):
+    """The tokenizer of a served model named by its local folder (or .gguf file); None for a hosted
+    name, or a folder without a tokenizer."""
+    from prefdata.models.loading import is_gguf, load_tokenizer
+
+    path = Path(model)
+    if not (path.is_dir() or (is_gguf(path) and path.is_file())):
+        return None
+    try:
+        return load_tokenizer(path)
+    except Exception:  # noqa: BLE001 - no readable tokenizer there: the server's template decides, as for a hosted name
+        return None
+
+
 class VLLMSampler:
-    """In-process vLLM (GPU). Only constructed where `import vllm` works."""
+    """In-process vLLM (GPU). Only constructed where `import vllm` works. Prompts are rendered with
+    the engine's tokenizer (`chat`, `system`: prefdata.models.chat) and given to `generate` as text,
+    which vLLM tokenises with the special tokens added, as `chat.encode` does."""
 
     name = "vllm"
 
-    def __init__(self, model_path: str | Path, **engine_kwargs):
+    def __init__(self, model_path: str | Path, chat: str = "auto", system: str | None = None, **engine_kwargs):
         try:
             import vllm
         except ImportError as error:
@@ -239,11 +351,14 @@ class VLLMSampler:
         self.model_path = str(model_path)
         self.revision = model_revision(model_path)
         self._vllm, self._llm = vllm, vllm.LLM(model=self.model_path, **engine_kwargs)
+        self.tokenizer = self._llm.get_tokenizer()
+        self.rendering = _resolved(self.tokenizer, chat, system, f"policy {self.model_path}")
 
-    def sample(self, prompts: list[str], n: int, params: SamplingParams) -> list[list[Candidate]]:
+    def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]:
         _check_n(prompts, n)
         sp = self._vllm.SamplingParams(n=n, temperature=params.temperature, top_p=params.top_p,
                                        top_k=params.top_k or -1, max_tokens=params.max_new_tokens, seed=params.seed)
-        return [[Candidate(p, c.text, self.model_path, self.revision, params.as_dict(), self.name, j, c.finish_reason)
-                 for j, c in enumerate(out.outputs)] for p, out in zip(prompts, self._llm.generate(prompts, sp))]
-
+        texts = [render_prompt(self.tokenizer, self.rendering, p) for p in prompts]
+        return [[Candidate(prompt_text(p), c.text, self.model_path, self.revision, params.as_dict(), self.name, j,
+                           c.finish_reason, prompt_messages=prompt_messages(p))
+                 for j, c in enumerate(out.outputs)] for p, out in zip(prompts, self._llm.generate(texts, sp))]

@@ -180,6 +180,7 @@ class Candidate:
     index: int                   # 0..n-1 within its prompt
     finish_reason: str | None = None  # "stop" (eos or stop string) or "length"
     request_seed: int | None = None   # the per-request seed, for backends that take one per request
+    prompt_messages: str | None = None  # a prompt given as {role, content} messages: their JSON (`prompt`: its text)
 
     @property
     def policy(self) -> str:
