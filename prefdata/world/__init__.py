@@ -13,6 +13,11 @@ the ordinary `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(path)`, so 
 take their place by path. Simulated annotators (annotators.py) vote with a known accuracy; judge.py
 measures any pairwise judge against the verifier.
 
+The chat demo's data (for SmolLM2-135M-Instruct, not the tiny models): instructions.py holds format
+constraints (IFEval's checkers from if-verifiable where they overlap), the train and held-out prompts
+that carry them (disjoint topics, shipped in chat_data/) and `verify(prompt, completion)`, which
+recovers the constraint from the prompt; facts.py holds the general-skill questions and their scorer.
+
 Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.
 
 May import: prefdata.base, prefdata.models, prefdata.data, prefdata.collect (its judge is a pairwise judge).

@@ -1,0 +1,317 @@
+"""The chat demo's data: format constraints, the prompts that carry them, and their verifier.
+
+The chat demo (`prefdata demo --world chat`) samples several replies per prompt from
+SmolLM2-135M-Instruct; `verify(prompt, completion)` (the judge `rule:prefdata.world.instructions:verify`)
+keeps the pairs where exactly one reply follows the prompt's constraint.
+
+A prompt is a short base question about a topic plus one constraint's instruction, e.g.
+"Describe the sea. Answer in at most 12 words.". Topics are split into disjoint train and held-out
+sets, so held-out prompts ask about things training never saw. `verify` sees only the prompt and
+the completion: it recovers the constraint by matching the instruction phrases, with regexes built
+from the very templates the generator writes (`Kind.template`), so the two cannot drift apart.
+
+Where a kind overlaps one of IFEval's instruction types (`ifeval_id`), its verifier calls that
+checker from the `if-verifiable` library (the optional extra `prefdata[chat]`, imported only when a
+verifier runs). Two kinds apply only the case test of their IFEval checker (see `_all_lowercase`).
+Checkers that need NLTK's punkt data (sentence counts) are not used: it cannot be downloaded here.
+
+`python -m prefdata.world.instructions` rewrites the shipped files in chat_data/ (train and held-out
+prompts, and the general-skill facts of facts.py); tests/test_instructions.py checks that they equal
+what the code generates now.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+from prefdata.base.errors import UnusableInput
+from prefdata.world.facts import fact_rows
+
+CHAT_DATA = Path(__file__).parent / "chat_data"
+SEED = "prefdata-chat-prompts"
+HELDOUT_TOPICS = 30  # of TOPICS; the rest are train topics
+
+# ---------------------------------------------------------------------------------------------
+# Checks. Each takes the response and the constraint's parameters.
+
+
+def _ifeval(instruction_id: str, response: str, **kwargs) -> bool:
+    """IFEval's own checker for `instruction_id`, built with `kwargs`, applied to the response."""
+    try:
+        from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+    except ImportError as error:
+        raise UnusableInput("the chat demo's verifier needs if-verifiable: pip install 'prefdata[chat]'") from error
+    checker = INSTRUCTION_DICT[instruction_id](instruction_id)
+    checker.build_description(**kwargs)
+    return bool(checker.check_following(response))
+
+
+# IFEval's change_case checkers also require langdetect to call the reply English. On short replies
+# that test is wrong and random (measured: "apple", "grass is green." and "yes" are never English,
+# "a banana is yellow." only in 1 of 5 calls), so two replies that both follow the constraint would
+# be ordered by chance. These two kinds apply the checkers' case test alone (str.islower/isupper).
+def _all_lowercase(response: str, params: dict) -> bool:
+    return response.islower()
+
+
+def _all_capitals(response: str, params: dict) -> bool:
+    return response.isupper()
+
+
+def _numbered_list(response: str, params: dict) -> bool:
+    """Lines "1. ...", "2. ..." (or "1) ...") numbered 1 to n in order, and no other numbered line."""
+    numbers = [int(n) for n in re.findall(r"^\s*(\d+)[.)]\s+\S", response, flags=re.MULTILINE)]
+    return numbers == list(range(1, params["n"] + 1))
+
+
+def _one_word(response: str, params: dict) -> bool:
+    # IFEval counts words as runs of \w; "one word" is fewer than 2 and at least 1
+    return (_ifeval("length_constraints:number_words", response, num_words=2, relation="less than")
+            and _ifeval("length_constraints:number_words", response, num_words=1, relation="at least"))
+
+
+def _yes_or_no(response: str, params: dict) -> bool:
+    return re.fullmatch(r"\W*(yes|no)\W*", response, flags=re.IGNORECASE) is not None
+
+
+def _no_comma(response: str, params: dict) -> bool:
+    return _ifeval("punctuation:no_comma", response)
+
+
+def _ends_with(response: str, params: dict) -> bool:
+    return _ifeval("startend:end_checker", response, end_phrase=params["word"])
+
+
+def _in_double_quotes(response: str, params: dict) -> bool:
+    return _ifeval("startend:quotation", response)
+
+
+def _at_most_words(response: str, params: dict) -> bool:
+    return _ifeval("length_constraints:number_words", response, num_words=params["n"] + 1, relation="less than")
+
+
+def _starts_with(response: str, params: dict) -> bool:
+    # IFEval's ConstrainedStartChecker is not in its registry and accepts the word at the start of
+    # any line, as a prefix ("Sure" in "Surely"): the first whole word of the reply is compared here.
+    first = re.match(r"\W*(\w+(?:['-]\w+)*)", response)
+    return first is not None and first.group(1).lower() == params["word"].lower()
+
+
+def _bullets(response: str, params: dict) -> bool:
+    return _ifeval("detectable_format:number_bullet_lists", response, num_bullets=params["n"])
+
+
+def _includes_word(response: str, params: dict) -> bool:
+    return _ifeval("keywords:existence", response, keywords=[params["word"]])
+
+
+def _avoids_word(response: str, params: dict) -> bool:
+    return _ifeval("keywords:forbidden_words", response, forbidden_words=[params["word"]])
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds of constraint, and one constraint (a kind with its parameters).
+
+OPEN, SHORT, YES_NO = "open", "short", "yes/no"  # the shapes of base question (QUESTIONS)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of constraint: its instruction template, the parameter values the generator draws
+    from, the question shapes it suits, the IFEval instruction type it overlaps (or None) and its
+    check. A str parameter is written in single quotes in the template, an int bare."""
+
+    id: str
+    template: str
+    check: Callable[[str, dict], bool]
+    shapes: tuple[str, ...]
+    ifeval_id: str | None = None
+    choices: dict[str, tuple] = field(default_factory=dict)
+
+    @cached_property
+    def pattern(self) -> re.Pattern:
+        """The template as a regex with one named group per parameter."""
+        parts = []
+        for literal, name, _, _ in string.Formatter().parse(self.template):
+            parts.append(re.escape(literal))
+            if name is not None:
+                is_int = isinstance(self.choices[name][0], int)
+                parts.append(rf"(?P<{name}>\d+)" if is_int else rf"(?P<{name}>[^'\n]+)")
+        return re.compile("".join(parts))
+
+    def parse(self, prompt: str) -> dict | None:
+        """The parameters written in the prompt, or None when this kind's instruction is not there."""
+        found = self.pattern.search(prompt)
+        if found is None:
+            return None
+        return {name: int(value) if isinstance(self.choices[name][0], int) else value
+                for name, value in found.groupdict().items()}
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("lowercase", "Write your whole answer in lowercase letters only.", _all_lowercase,
+         (OPEN, SHORT, YES_NO), "change_case:english_lowercase"),
+    Kind("capitals", "Write your whole answer in capital letters only.", _all_capitals,
+         (OPEN, SHORT, YES_NO), "change_case:english_capital"),
+    Kind("numbered_list", "Answer with a numbered list of exactly {n} items.", _numbered_list,
+         (OPEN,), None, {"n": (2, 3, 4)}),
+    Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
+    Kind("yes_or_no", "Answer only yes or no.", _yes_or_no, (YES_NO,), None),
+    Kind("no_comma", "Do not use any commas in your answer.", _no_comma, (OPEN, SHORT, YES_NO), "punctuation:no_comma"),
+    Kind("end_with", "End your answer with the word '{word}', with nothing after it.", _ends_with,
+         (OPEN, SHORT, YES_NO), "startend:end_checker", {"word": ("done", "thanks", "okay", "goodbye", "indeed")}),
+    Kind("double_quotes", "Wrap your whole answer in double quotes.", _in_double_quotes,
+         (OPEN, SHORT, YES_NO), "startend:quotation"),
+    Kind("max_words", "Answer in at most {n} words.", _at_most_words, (OPEN, SHORT),
+         "length_constraints:number_words", {"n": (5, 8, 10, 12, 15)}),
+    Kind("start_with", "Start your answer with the word '{word}'.", _starts_with, (OPEN, SHORT, YES_NO), None,
+         {"word": ("Sure", "Well", "Okay", "Indeed", "So")}),
+    Kind("bullets", "Answer with exactly {n} bullet points, each on its own line starting with '* '.", _bullets,
+         (OPEN,), "detectable_format:number_bullet_lists", {"n": (2, 3, 4)}),
+    Kind("include_word", "Use the word '{word}' in your answer.", _includes_word, (OPEN, SHORT),
+         "keywords:existence", {"word": ("happy", "today", "friend", "simple", "bright", "always")}),
+    Kind("avoid_word", "Do not use the word '{word}' in your answer.", _avoids_word, (OPEN, SHORT, YES_NO),
+         "keywords:forbidden_words", {"word": ("the", "is", "and", "very", "it")}),
+)
+KIND_BY_ID = {kind.id: kind for kind in KINDS}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    kind: Kind
+    params: dict
+
+    @property
+    def instruction(self) -> str:
+        return self.kind.template.format(**self.params)
+
+    def follows(self, response: str) -> bool:
+        return self.kind.check(response, self.params)
+
+
+def constraint(kind_id: str, **params) -> Constraint:
+    return Constraint(KIND_BY_ID[kind_id], params)
+
+
+def constraint_of(prompt: str) -> Constraint:
+    """The one constraint whose instruction the prompt contains; ValueError for none or several."""
+    found = [(kind, params) for kind in KINDS if (params := kind.parse(prompt)) is not None]
+    if len(found) != 1:
+        what = "no known constraint" if not found else f"{len(found)} constraints ({', '.join(k.id for k, _ in found)})"
+        raise ValueError(f"{what} in the prompt {prompt[:80]!r}")
+    kind, params = found[0]
+    return Constraint(kind, params)
+
+
+def verify(prompt: str, completion: str) -> bool:
+    """Does the completion follow the constraint written in the prompt? (rule:prefdata.world.instructions:verify)"""
+    return constraint_of(prompt).follows(completion)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts: base questions from templates x topics, each with one constraint.
+
+# Templates put the topic mid-sentence, so it keeps its article and needs no capital letter. None
+# asks a general-skill question of facts.py (colours, animal sounds), so the two sets stay apart.
+QUESTIONS: dict[str, tuple[str, ...]] = {
+    OPEN: ("Describe {topic}.", "Tell me about {topic}.", "What is special about {topic}?",
+           "Write a short text about {topic}.", "Explain what {topic} is."),
+    SHORT: ("Give one word that describes {topic}.", "Name a colour you link with {topic}.",
+            "Name one place where you might see {topic}.", "Name a season you link with {topic}.",
+            "Name something that goes well with {topic}."),
+    YES_NO: ("Is {topic} bigger than a shoebox?", "Can you hold {topic} in your hand?", "Is {topic} found in nature?",
+             "Have you ever seen {topic}?", "Is {topic} useful to people?"),
+}
+
+TOPICS = (
+    "the sea", "the moon", "a river", "a mountain", "a forest", "a desert", "the rain", "snow", "the wind", "a cloud",
+    "a lake", "an island", "a beach", "a volcano", "a waterfall", "a cave", "a garden", "a field", "a rainbow",
+    "an apple", "a banana", "an orange", "a lemon", "bread", "cheese", "rice", "an egg", "honey", "soup", "a carrot",
+    "a potato", "a tomato", "milk", "tea", "coffee", "chocolate", "a cake", "a strawberry", "a grape",
+    "a dog", "a cat", "a horse", "a cow", "a sheep", "a bird", "a fish", "a frog", "a bee", "an elephant", "a lion",
+    "a tiger", "a rabbit", "a mouse", "an owl", "a duck", "a whale", "a snake", "a butterfly", "a spider",
+    "a bicycle", "a car", "a train", "a boat", "a plane", "a bus", "a bridge", "a road", "a house", "a school",
+    "a library", "a hospital", "a kitchen", "a window", "a door", "a chair", "a table", "a bed", "a lamp", "a clock",
+    "a book", "a pencil", "a pen", "a letter", "a map", "a key", "a cup", "a spoon", "a hat", "a shoe", "a coat",
+    "an umbrella", "a ball", "a kite", "a guitar", "a drum", "a piano", "a candle", "a mirror",
+    "a tree", "a flower", "a leaf", "grass", "a rose", "a seed", "a stone", "sand", "ice", "fire", "a star",
+    "the sky", "a city", "a village", "a farm", "a park", "a market", "a shop", "a phone", "a computer",
+)
+
+
+def split_topics(seed: str = SEED) -> tuple[list[str], list[str]]:
+    """(train topics, held-out topics): a seeded shuffle of TOPICS, the first HELDOUT_TOPICS held out."""
+    shuffled = list(TOPICS)
+    random.Random(seed).shuffle(shuffled)  # a str seed is stable across processes and Python versions
+    return shuffled[HELDOUT_TOPICS:], shuffled[:HELDOUT_TOPICS]
+
+
+def _draw_constraint(shape: str, rng: random.Random, used: Counter) -> Constraint:
+    """A constraint for a question of this shape: a kind among the suitable ones used least so far
+    (kinds that suit one shape only, like yes_or_no, would be rare if drawn uniformly), then its
+    parameters at random."""
+    suitable = [k for k in KINDS if shape in k.shapes]
+    fewest = min(used[k.id] for k in suitable)
+    kind = rng.choice([k for k in suitable if used[k.id] == fewest])
+    used[kind.id] += 1
+    return Constraint(kind, {name: rng.choice(values) for name, values in kind.choices.items()})
+
+
+def prompt_rows(topics: list[str], rng: random.Random) -> list[dict]:
+    """One row per topic x base question, each with one constraint that suits the question's shape."""
+    rows, used = [], Counter()
+    for topic in topics:
+        for shape, templates in QUESTIONS.items():
+            for template in templates:
+                drawn = _draw_constraint(shape, rng, used)
+                rows.append({"prompt": f"{template.format(topic=topic)} {drawn.instruction}",
+                             "constraint": drawn.kind.id, "params": drawn.params, "topic": topic})
+    return rows
+
+
+def build_prompts(seed: str = SEED) -> tuple[list[dict], list[dict]]:
+    """(train rows, held-out rows), each {"prompt", "constraint", "params", "topic"}; deterministic.
+    Each split draws its constraints from its own stream, so resizing one never changes the other."""
+    train_topics, heldout_topics = split_topics(seed)
+    return (prompt_rows(train_topics, random.Random(f"{seed}:train")),
+            prompt_rows(heldout_topics, random.Random(f"{seed}:heldout")))
+
+
+def load_prompts(split: str) -> list[dict]:
+    """The shipped prompts of a split, "train" or "heldout"."""
+    path = CHAT_DATA / f"{split}_prompts.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shipped files.
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def chat_data_files() -> dict[str, str]:
+    """File name in chat_data/ -> the text it must hold."""
+    train, heldout = build_prompts()
+    return {"train_prompts.jsonl": _jsonl(train), "heldout_prompts.jsonl": _jsonl(heldout),
+            "facts.jsonl": _jsonl(fact_rows())}
+
+
+def write_chat_data(folder: Path = CHAT_DATA) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in chat_data_files().items():
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_chat_data()
+    print(f"wrote {', '.join(chat_data_files())} in {CHAT_DATA}")

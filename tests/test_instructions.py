@@ -1,0 +1,157 @@
+"""The chat demo's data: constraints and their verifiers, the shipped prompts, the general-skill facts.
+
+Fast and model-free. The IFEval-backed verifiers run if-verifiable's own checkers (the `chat` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import polars as pl
+import pytest
+
+from prefdata.base.errors import UnusableInput
+from prefdata.checks.isolation import check_split_isolation
+from prefdata.data.records import normalise_text
+from prefdata.world.facts import FACTS, accuracy, correct, fact_rows, load_facts
+from prefdata.world.instructions import (
+    CHAT_DATA, KIND_BY_ID, KINDS, build_prompts, chat_data_files, constraint, constraint_of, load_prompts, verify,
+)
+
+# kind -> (its parameters, a reply that follows, a reply that does not). Each pair sits on the edge
+# the verifier must draw, so a wrong verifier fails here.
+CASES = {
+    # "apple" and "YES": langdetect calls neither English, so IFEval's english_* checkers would refuse them
+    "lowercase": ({}, "apple", "Apple"),
+    "capitals": ({}, "YES", "YES, it is."),
+    "numbered_list": ({"n": 3}, "Three things:\n1. Waves\n2. Salt\n3) Fish", "1. Waves\n2. Salt\n4. Fish"),
+    "one_word": ({}, "Blue.", "Deep blue."),
+    "yes_or_no": ({}, "Yes.", "Yes, it is."),
+    "no_comma": ({}, "The sea is wide and deep.", "The sea is wide, deep and blue."),
+    "end_with": ({"word": "done"}, "The sea is wide. Done", "The sea is wide. done."),
+    "double_quotes": ({}, '"The sea is wide."', 'The sea is "wide".'),
+    "max_words": ({"n": 5}, "The sea is very wide.", "The sea is very wide indeed."),
+    "start_with": ({"word": "Well"}, '"Well, the sea is wide."', "Wellness is the sea."),
+    "bullets": ({"n": 2}, "Two things:\n* Waves\n* Salt", "* Waves\n* Salt\n* Fish"),
+    "include_word": ({"word": "happy"}, "The sea makes me Happy.", "The sea makes me glad."),
+    "avoid_word": ({"word": "the"}, "There is salt in every sea.", "There is salt in the sea."),
+}
+
+
+def test_there_are_at_least_ten_kinds_and_each_has_a_case():
+    assert len(KINDS) >= 10
+    assert set(CASES) == set(KIND_BY_ID)
+
+
+@pytest.mark.parametrize("kind_id", sorted(CASES))
+def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one(kind_id):
+    params, follows, violates = CASES[kind_id]
+    prompt = f"Describe the sea. {constraint(kind_id, **params).instruction}"
+    assert verify(prompt, follows) is True
+    assert verify(prompt, violates) is False
+
+
+def test_ifeval_backed_kinds_name_checkers_that_exist():
+    from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+
+    backed = {kind.id: kind.ifeval_id for kind in KINDS if kind.ifeval_id}
+    assert len(backed) >= 8
+    assert set(backed.values()) <= set(INSTRUCTION_DICT)
+
+
+def test_a_missing_if_verifiable_is_one_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "if_verifiable.ifeval.instructions_registry", None)  # import fails
+    with pytest.raises(UnusableInput, match=r"pip install 'prefdata\[chat\]'"):
+        verify("Describe the sea. Do not use any commas in your answer.", "Wide and deep.")
+
+
+def test_a_prompt_without_a_constraint_or_with_two_is_refused():
+    with pytest.raises(ValueError, match="no known constraint"):
+        constraint_of("Describe the sea.")
+    with pytest.raises(ValueError, match="2 constraints"):
+        constraint_of("Describe the sea. Answer only yes or no. Answer with one word only.")
+
+
+# ------------------------------------------------------------------------------ the shipped prompts
+
+TRAIN, HELDOUT = load_prompts("train"), load_prompts("heldout")
+
+
+def test_the_shipped_files_are_what_the_generator_writes_now():
+    # `python -m prefdata.world.instructions` rewrites them
+    for name, text in chat_data_files().items():
+        assert (CHAT_DATA / name).read_text(encoding="utf-8") == text, f"{name} is stale"
+        assert len(text.encode()) < 1_000_000
+
+
+def test_counts():
+    assert len(TRAIN) >= 1000 and len(HELDOUT) >= 300 and len(load_facts()) >= 100
+
+
+def test_verify_recovers_every_shipped_prompts_constraint():
+    for row in TRAIN + HELDOUT:
+        found = constraint_of(row["prompt"])
+        assert (found.kind.id, found.params) == (row["constraint"], row["params"]), row["prompt"]
+        assert row["prompt"].endswith(found.instruction)
+
+
+def test_every_kind_is_in_both_splits():
+    assert {r["constraint"] for r in TRAIN} == {r["constraint"] for r in HELDOUT} == set(KIND_BY_ID)
+
+
+def test_train_and_heldout_share_no_topic_and_no_prompt():
+    assert not {r["topic"] for r in TRAIN} & {r["topic"] for r in HELDOUT}
+    train_prompts = {normalise_text(r["prompt"]) for r in TRAIN}
+    heldout_prompts = {normalise_text(r["prompt"]) for r in HELDOUT}
+    assert len(train_prompts) == len(TRAIN) and len(heldout_prompts) == len(HELDOUT)  # no repeats either
+    assert not train_prompts & heldout_prompts
+
+
+def test_the_generator_is_seeded():
+    assert build_prompts("another seed") != build_prompts()
+
+
+def test_no_shipped_prompt_is_or_nearly_is_an_ifeval_prompt(shared_data):
+    """The project's own split_isolation check: IFEval's 541 prompts as the eval side, ours as train."""
+    lines = (shared_data / "ifeval" / "input_data.jsonl").read_text(encoding="utf-8").splitlines()
+    ifeval = [json.loads(line)["prompt"] for line in lines if line]
+    assert len(ifeval) == 541
+    ours = [r["prompt"] for r in TRAIN + HELDOUT]
+    result = check_split_isolation(pl.DataFrame({"id": [f"ours-{i}" for i in range(len(ours))], "prompt": ours}),
+                                   pl.DataFrame({"id": [f"ifeval-{i}" for i in range(len(ifeval))], "prompt": ifeval}))
+    assert result.status == "pass", result.message
+    assert (result.details["n_exact"], result.details["n_near"]) == (0, 0)
+
+
+# ------------------------------------------------------------------------------ the general-skill facts
+
+def test_facts_file_holds_the_facts():
+    assert load_facts() == fact_rows()
+    questions = [row["question"] for row in fact_rows()]
+    assert len(set(questions)) == len(questions) == sum(len(facts) for facts in FACTS.values())
+
+
+def test_no_fact_question_scores_by_repeating_itself():
+    for row in fact_rows():
+        assert not correct(row, row["question"]), row
+
+
+def test_no_fact_question_is_among_the_instruction_prompts():
+    prompts = [normalise_text(r["prompt"]) for r in TRAIN + HELDOUT]
+    for row in fact_rows():
+        question = normalise_text(row["question"])
+        assert not any(question in prompt for prompt in prompts), row["question"]
+
+
+def test_a_reply_scores_by_whole_words_in_any_case():
+    france = {"question": "What is the capital of France?", "answers": ["Paris"]}
+    assert correct(france, "The capital of France is paris.")
+    assert not correct(france, "The capital of France is Lyon.")
+    assert not correct(france, "Parisian cafes are famous.")
+    sums = {"question": "What is two plus three?", "answers": ["five", "5"]}
+    assert correct(sums, "2 + 3 = 5") and correct(sums, "Five!")
+    assert not correct(sums, "It is 15.")
+    donkey = {"question": "What sound does a donkey make?", "answers": ["bray", "hee-haw"]}
+    assert correct(donkey, "It goes HEE-HAW.") and not correct(donkey, "It goes hee.")
+    assert accuracy([france, sums], ["Paris", "four"]) == 0.5
