@@ -10,15 +10,20 @@ prefdata's; the tables are assembled by prefdata/collect/collection.py (pure fun
 
 A run that dies halfway resumes: the rerun finds every finished chunk in the cache and samples and
 judges only the rest. Cache keys hold what decides a result (prompts, model and its revision,
-sampling params and seed; pairs and the judge's identity) and the task's source, never timeouts or
-concurrency. Every chunk samples with a seed derived from its own prompts, so the same prompts give
-the same dataset on any runner and any number of workers.
+sampling params and seed, the chat rendering asked for; pairs and the judge's identity) and the
+task's source, never timeouts or concurrency. Every chunk samples with a seed derived from its own
+prompts, so the same prompts give the same dataset on any runner and any number of workers.
+
+Prompts reach the policy through the one chat rendering (prefdata.models.chat: Policy.chat and
+system_prompt); the draft's lineage records it as `lineage["rendering"]`, which the trainers read,
+and its card says it in one line. A prompts table may give {role, content} messages.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import threading
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.concurrency.sync import concurrency
 
+from prefdata.base.errors import UnusableInput
 from prefdata.collect import collection
 from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
 from prefdata.base.progress import Stage, chunk_name
@@ -40,31 +46,43 @@ _sampling_lock = threading.Lock()  # one in-process sampler at a time: torch see
 
 
 @functools.lru_cache(maxsize=2)
-def _local_sampler(model: str, revision: str | None):
+def _local_sampler(model: str, revision: str | None, chat: str = "auto", system: str | None = None):
     from prefdata.collect.sampling import TransformersSampler
 
-    return TransformersSampler(model, batch_size=1 << 16)  # one generate per chunk: results depend on the batch
+    # one generate per chunk: results depend on the batch
+    return TransformersSampler(model, batch_size=1 << 16, chat=chat, system=system)
 
 
-def sample(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
+def sample(prompts: list, model: str, revision: str | None, n: int, params: dict, runtime: dict,
+           rendering: dict | None = None) -> dict:
+    """{"candidates": n candidates for each prompt, "rendering": the sampler's Rendering.record(),
+    "api": the server's API (None in process)}. `rendering`: the policy's {"chat", "system"}."""
     from prefdata.collect.sampling import OpenAICompatibleSampler, SamplingParams
 
     sampling = SamplingParams(**params)
+    chat, system = (rendering or {}).get("chat", "auto"), (rendering or {}).get("system")
     if runtime.get("base_url"):
         sampler = OpenAICompatibleSampler(runtime["base_url"], model, api_key_env=runtime.get("api_key_env"),
-                                          concurrency=runtime["requests_in_flight"], revision=revision)
-        return sampler.sample(prompts, n, sampling)
+                                          concurrency=runtime["requests_in_flight"], revision=revision,
+                                          chat=chat, system=system)
+        return {"candidates": sampler.sample(prompts, n, sampling), "rendering": sampler.rendering.record(),
+                "api": sampler.api}
     with _sampling_lock:
-        return _local_sampler(model, revision).sample(prompts, n, sampling)
+        sampler = _local_sampler(model, revision, chat, system)
+        return {"candidates": sampler.sample(prompts, n, sampling), "rendering": sampler.rendering.record(),
+                "api": None}
 
 
 # Task bodies only call module functions: Dask ships a task's function by value, and a module-level
 # lock inside it would not pickle.
 @task(name="sample", cache_policy=CACHED, persist_result=True)
-def sample_chunk(prompts: list[str], model: str, revision: str | None, n: int, params: dict, runtime: dict) -> list:
-    """n candidates for each prompt of one chunk (a list of lists of prefdata.collect.sampling.Candidate).
-    runtime["base_url"]: a server to sample from (not in the cache key: the same model anywhere)."""
-    return sample(prompts, model, revision, n, params, runtime)
+def sample_chunk(prompts: list, model: str, revision: str | None, n: int, params: dict, runtime: dict,
+                 rendering: dict) -> dict:
+    """n candidates for each prompt of one chunk (lists of prefdata.collect.sampling.Candidate) with the
+    rendering they were sampled with (see `sample`). A prompt is text or {role, content} messages.
+    runtime["base_url"]: a server to sample from (not in the cache key: the same model anywhere);
+    `rendering` ({"chat", "system"}) is in it: another rendering samples other candidates."""
+    return sample(prompts, model, revision, n, params, runtime, rendering)
 
 
 class JudgeUnavailable(RuntimeError):
@@ -166,7 +184,7 @@ def resolve_model(model: str) -> tuple[str, str | None]:
 
 
 @flow(name="sample-and-judge")
-def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: Engine) -> dict:
+def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, judge: Judge, engine: Engine) -> dict:
     """The fan-out: sampling chunks, then judging chunks, on the runner `engine` names."""
     from prefdata.collect.sampling import SamplingParams, build_pairs
 
@@ -180,14 +198,20 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
                                                       if policy.base_url else {}))
     runtime = {"base_url": policy.base_url, "requests_in_flight": policy.requests_in_flight,
                "api_key_env": policy.api_key_env}
+    rendering = {"chat": policy.chat, "system": policy.system_prompt}
     futures = []
     chunks = collection.chunks(prompts, policy.chunk_size)
     for i, chunk in enumerate(chunks, 1):  # runs named "sample i/N": the UI and `prefdata collect` read N there
         params = SamplingParams(policy.temperature, policy.top_p, policy.top_k, policy.max_new_tokens,
-                                collection.chunk_seed(policy.seed, chunk)).as_dict()
+                                collection.chunk_seed(policy.seed, map(collection.prompt_key, chunk))).as_dict()
         futures.append(sampler.with_options(task_run_name=chunk_name("sample", i, len(chunks)))
-                       .submit(chunk, model, revision, policy.candidates, params, runtime))
-    groups = [group for f in futures for group in f.result()]
+                       .submit(chunk, model, revision, policy.candidates, params, runtime, rendering))
+    sampled = [f.result() for f in futures]
+    groups = [group for out in sampled for group in out["candidates"]]
+    used = {json.dumps({k: out[k] for k in ("rendering", "api")}, sort_keys=True) for out in sampled}
+    if len(used) > 1:  # cached chunks of a policy whose tokenizer changed beneath an unchanged revision
+        raise UnusableInput(f"the chunks were sampled with different renderings ({'; '.join(sorted(used))}): sample "
+                            "again with engine.refresh_cache (--cache-dir: a fresh folder)")
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
     logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
 
@@ -200,7 +224,9 @@ def sample_and_judge(prompts: list[str], policy: Policy, judge: Judge, engine: E
     futures = [judger.with_options(task_run_name=chunk_name("judge", i, len(chunks)))
                .submit(chunk, judge.identity(), runtime) for i, chunk in enumerate(chunks, 1)]
     verdicts = [v for f in futures for v in f.result()]
-    return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts}
+    first = sampled[0] if sampled else {"rendering": None, "api": None}
+    return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts, "rendering": first["rendering"],
+            "api": first["api"]}
 
 
 # -- the human share -------------------------------------------------------------------------------
@@ -276,9 +302,9 @@ STAGES = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",),
 
 
 @task(name="load-prompts")
-def load_prompts(spec: Prompts) -> list[str]:
-    from prefdata.base.errors import UnusableInput
-
+def load_prompts(spec: Prompts) -> list[str | list[dict[str, str]]]:
+    """The run's prompts: text, or {role, content} messages where a table's prompt (or messages)
+    column holds them (collection.message_prompts; prefdata.gate.runner.read_prompts reads text only)."""
     if spec.source == "world":
         from prefdata.world import WorldConfig, sampling_prompts
 
@@ -287,7 +313,13 @@ def load_prompts(spec: Prompts) -> list[str]:
         raise UnusableInput(f"prompts: {spec.source} is not a file (and not 'world')")
     from prefdata.gate.runner import read_prompts
 
-    prompts = list(dict.fromkeys(read_prompts(spec.source).to_list()))  # the same prompt twice is one prompt
+    given = None if Path(spec.source).suffix.lower() == ".txt" else collection.message_prompts(spec.source)
+    if given is None:
+        given = read_prompts(spec.source).to_list()
+    unique: dict[str, object] = {}
+    for prompt in given:  # the same prompt twice is one prompt (the first kept, in file order)
+        unique.setdefault(collection.prompt_key(prompt), prompt)
+    prompts = list(unique.values())
     return prompts[:spec.n] if spec.n else prompts
 
 
@@ -295,9 +327,13 @@ def load_prompts(spec: Prompts) -> list[str]:
 def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: dict, lineage: dict,
                 guidelines: str | None, store: str | None) -> str:
     from prefdata.data.store import Store
+    from prefdata.models.chat import Rendering
 
     tables, counts = collection.draft(labelled, votes)
-    version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines)
+    rendering = Rendering.from_record(lineage.get("rendering"))
+    notes = [f"Prompts rendered for sampling: {rendering.describe()}."] if rendering else []
+    version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines,
+                                  notes=notes)
     return version.ref
 
 
@@ -349,11 +385,15 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     lineage = {
         "parent": parent,  # the version this one follows (e.g. the previous round, whose model sampled it)
         "sources": [{"path": prompts.source, "role": "prompts", "n": len(prompt_list),
-                     "sha256": hashlib.sha256("\n".join(prompt_list).encode()).hexdigest()}],
+                     "sha256": hashlib.sha256("\n".join(map(collection.prompt_key, prompt_list)).encode()).hexdigest()}],
         "flow_run": {"flow": "collect", "id": str(flow_run.id), "name": flow_run.name},
+        # how prompts became the policy's input (prefdata.models.chat): the trainers render with it
+        "rendering": out["rendering"],
         "components": {"sampler": sampler_lineage([c for g in groups for c in g]), "judge": judge.identity(),
                        "routing": routing.model_dump(), "humans": humans.model_dump(exclude={"queue_dir"})},
     }
+    if out["api"]:  # a served policy: the API its prompts went through
+        lineage["components"]["sampling_api"] = out["api"]
     ref = write_draft(name, labelled, votes, counters, lineage, guideline_text, store)
     logger.info("draft %s: %d comparisons, %d pairs", ref, len(labelled), sum(r["label"] in ("a", "b") for r in labelled))
     return {"version": ref, "queue": str(queue_file), **counters}

@@ -25,7 +25,9 @@ class _Params(BaseModel):
 
 class Prompts(_Params):
     source: str = Field(WORLD, description='"world": fresh arithmetic prompts from the demo world (never an eval '
-                                           'prompt); or a file: .txt (one prompt a line) or a table with a prompt column.')
+                                           'prompt); or a file: .txt (one prompt a line) or a table with a prompt column '
+                                           '(text, or {role, content} messages as TRL\'s conversational format; or a '
+                                           'messages column, cut before its last assistant turns).')
     n: int | None = Field(None, ge=1, description=f"How many prompts: a file gives its first n (None: all); the world "
                                                   f"draws n (None: {WORLD_PROMPTS}).")
 
@@ -59,6 +61,27 @@ class Policy(_Params):
                                      "prompts, and random pairing draws from it, so a rerun gives the same candidates.")
     chunk_size: int = Field(8, ge=1, description="Prompts per sampling task: the unit of caching, resuming and fan-out.")
     requests_in_flight: int = Field(4, ge=1, description="Concurrent requests per sampling task (servers only).")
+    chat: Literal["auto", "true", "false"] = Field(
+        "auto", description="How prompts reach the policy (prefdata.models.chat, the rendering the trainers use too): "
+                            "true renders them through its tokenizer's chat template, false as plain text, auto "
+                            "uses the template when it writes the assistant's turn (a served model named by a "
+                            "hosted name, with no local tokenizer: its server's chat API). Recorded in the draft's "
+                            "lineage and card.")
+    system_prompt: str | None = Field(None, description="A system prompt put before every prompt (a system turn, or "
+                                                        "the plain text's first paragraph); None: none.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chat(cls, data: Any) -> Any:
+        """chat given as a bool (`chat: true` in YAML) or on/off/yes/no reads as its word."""
+        if isinstance(data, dict) and "chat" in data and data["chat"] is not None:
+            from prefdata.models.chat import chat_mode
+
+            try:
+                return {**data, "chat": chat_mode(data["chat"])}
+            except ValueError:
+                return data  # the field's own error names the choices
+        return data
 
     @model_validator(mode="before")
     @classmethod

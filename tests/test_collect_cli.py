@@ -168,6 +168,9 @@ def test_live_bars_draw_each_stage_on_a_terminal():
     ({"--humans": "crowd"}, "--humans 'crowd'"),
     ({"--candidates": "1"}, "candidates"),
     ({"--name": "../x"}, "dataset name"),
+    ({"--chat": "maybe"}, "--chat: 'maybe' is not one of auto, true, false"),
+    ({"--policy": "world", "--chat": "true"}, "--policy world: chat: true, but the tokenizer's chat template does "
+                                              "not write the assistant's turn"),
 ])
 def test_bad_specs_are_one_line_and_exit_2(tiny_llama, tmp_path, capsys, change, message):
     prompts = tmp_path / "prompts.txt"
@@ -227,3 +230,44 @@ def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, 
     assert run["judge"]["n"] == run["comparisons"] > 0 and run["judge"]["decided"] > 0  # the verifier decides
     version = Store(str(tmp_path / "store")).get(run["version"])
     assert version.manifest["lineage"]["components"]["judge"] == {"kind": "verifier", "verifier": "prefdata.world:verify"}
+    # the world's policy reads plain text (its template writes no assistant's turn): recorded, and on the card
+    assert version.manifest["lineage"]["rendering"] == {"chat": False, "template_sha256": None, "system": None}
+    assert "Prompts rendered for sampling: plain text." in Store(str(tmp_path / "store")).read_text(version.ref,
+                                                                                                  "README.md")
+
+
+def test_collect_renders_prompts_and_messages_through_the_chat_template(prefect_api, tiny_llama, tmp_path,
+                                                                         rule_module, capsys):
+    """--chat true --system-prompt: the draft's lineage records the rendering the trainers read
+    (lineage["rendering"]) and its card says it; a prompts file in TRL's conversational format keeps
+    each prompt's turns (prompt_messages) beside its text in both tables."""
+    from prefdata.models.chat import template_sha256
+    from prefdata.models.loading import load_tokenizer
+
+    turns = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Red."},
+             {"role": "user", "content": "Another?"}]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"prompt": [{"role": "user", "content": "Say hi."}]}, {"prompt": turns}, {"prompt": "Count to three."},
+        {"prompt": turns})))  # the same conversation twice is one prompt
+    args = [*collect_args(tmp_path, prompts, tiny_llama, rule_module, "tiny-chat"), "--chat", "true",
+            "--system-prompt", "Be brief.", "--candidates", "3", "--max-new-tokens", "6"]
+    code, out, err = cli(capsys, *args)
+    assert code == 0, out + err
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["prompts"], run["candidates"]) == (3, 9)
+    store = Store(str(tmp_path / "store"))
+    version = store.get(run["version"])
+    sha = template_sha256(load_tokenizer(tiny_llama))
+    assert version.manifest["lineage"]["rendering"] == {"chat": True, "template_sha256": sha, "system": "Be brief."}
+    assert "sampling_api" not in version.manifest["lineage"]["components"]  # in process: no server's API
+    card = store.read_text(version.ref, "README.md")
+    assert f"Prompts rendered for sampling: chat template sha256:{sha[:12]}, system prompt 'Be brief.'." in card
+    comparisons = store.load(version.ref, "comparisons")
+    given = {r["prompt"]: r["prompt_messages"] for r in comparisons.select("prompt", "prompt_messages").iter_rows(named=True)}
+    assert set(given) == {"Say hi.", "User: Name a colour.\n\nAssistant: Red.\n\nUser: Another?", "Count to three."}
+    for text, messages in given.items():
+        expected = {"Say hi.": [turns[0] | {"content": "Say hi."}], "Count to three.": None}.get(text, turns)
+        assert (json.loads(messages) if messages else None) == expected, text
+    pairs = store.load(version.ref)
+    assert pairs.height > 0 and "prompt_messages" in pairs.columns

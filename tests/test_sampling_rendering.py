@@ -216,3 +216,23 @@ def test_local_judge_keeps_one_bos_when_the_template_writes_it(world):
     judge.replies([[{"role": "user", "content": "12+7= A: 19 B: 20"}]])
     bos = judge.tokenizer.bos_token_id
     assert spy.rows[0][0] == bos and spy.rows[0].count(bos) == 1
+
+
+# -- prompt files in TRL's conversational format ---------------------------------------------------
+
+
+def test_prompt_files_with_messages(tmp_path):
+    from prefdata.collect.collection import message_prompts, prompt_key
+
+    sft = tmp_path / "sft.jsonl"  # a messages column: the prompt is what comes before the last reply
+    sft.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"messages": MESSAGES + [{"role": "assistant", "content": "6"}]}, {"messages": "Plain text too."})))
+    assert message_prompts(sft) == [MESSAGES, "Plain text too."]
+    text = tmp_path / "text.jsonl"
+    text.write_text(json.dumps({"prompt": "Just text."}) + "\n")
+    assert message_prompts(text) is None  # text prompts: read_prompts reads them, as always
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": [{"role": "user", "content": "ok"}]}) + "\n" + json.dumps({"prompt": 3}) + "\n")
+    with pytest.raises(UnusableInput, match="row 2: prompt is neither text nor a list of {role, content} messages"):
+        message_prompts(bad)
+    assert prompt_key("a") == "a" and json.loads(prompt_key(MESSAGES)) == MESSAGES

@@ -75,9 +75,32 @@ def policy_params(policy: str, model: str | None) -> dict[str, Any]:
     return {"model": str(Path(policy).resolve())}
 
 
+def check_chat(policy: str, fields: dict[str, Any], chat: str, system: str | None) -> None:
+    """--chat true on a policy whose tokenizer is here and cannot carry it (no template, or one that
+    writes no assistant's turn): one line before anything is sampled, not a failed first chunk."""
+    if chat != "true":
+        return
+    model = fields["model"]
+    if not fields.get("base_url"):
+        from prefdata.world import model_or_world
+
+        model = model_or_world(model)
+    if not Path(model).exists():
+        return  # a hosted name: its server holds the template
+    from prefdata.models.chat import resolve
+    from prefdata.models.loading import load_tokenizer
+
+    try:
+        resolve(load_tokenizer(model), chat, system)
+    except ValueError as error:
+        raise UnusableInput(f"--policy {policy}: {error}") from None
+
+
 def collect_command(
-    prompts: Annotated[str, typer.Option(help="Prompts: .txt (one a line), a table with a prompt column, or world "
-                                              "(fresh prompts from the demo world, --n of them).")],
+    prompts: Annotated[str, typer.Option(help="Prompts: .txt (one a line), a table with a prompt column (text, or "
+                                              "{role, content} messages as TRL's conversational format; or a "
+                                              "messages column), or world (fresh prompts from the demo world, --n "
+                                              "of them).")],
     policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
                                              "(the demo world's SFT model).")],
     judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
@@ -109,6 +132,14 @@ def collect_command(
     judge_max_tokens: Annotated[int, typer.Option(help="llm judges: the most tokens a reply may use.", min=1)] = 512,
     judge_timeout: Annotated[float, typer.Option(help="llm judges on a server: seconds per request (a busy "
                                                       "CPU server needs more than the default).", min=1)] = 60.0,
+    chat: Annotated[str, typer.Option(help="How prompts reach the policy: true through its tokenizer's chat template, "
+                                           "false as plain text, auto the template when it writes the assistant's "
+                                           "turn (a served model without a local tokenizer: its server's chat API). "
+                                           "Recorded in the draft's lineage and card; the trainers render alike.",
+                                      metavar="[auto|true|false]")]
+    = "auto",
+    system_prompt: Annotated[Optional[str], typer.Option(help="A system prompt put before every prompt (a system "
+                                                             "turn, or plain text's first paragraph).")] = None,
 ) -> int:
     """Sample candidates from a policy, pair and judge them, route the doubtful share to humans, and
     store a draft version: the collect flow in one command, cached and resumable."""
@@ -121,10 +152,17 @@ def collect_command(
 
     if aggregate not in AGGREGATES:
         raise UnusableInput(f"--aggregate {aggregate!r}: choose majority or dawid-skene")
+    from prefdata.models.chat import chat_mode
+
+    try:
+        chat = chat_mode(chat)
+    except ValueError as error:
+        raise UnusableInput(f"--{error}") from None
     if prompts != WORLD and not Path(prompts).is_file():
         raise UnusableInput(f"--prompts {prompts}: not a file; give .txt (one prompt a line), a table with a prompt "
                             "column, or world")
     judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
+    check_chat(policy, policy_fields, chat, system_prompt)
     if judge_fields["kind"] == "llm":
         if judge_template is not None:
             from prefdata.collect.judging import Template
@@ -148,7 +186,7 @@ def collect_command(
         params = dict(
             prompts=Prompts(source=WORLD if prompts == WORLD else str(prompts), n=n),
             policy=Policy(**policy_fields, candidates=candidates, max_new_tokens=max_new_tokens,
-                          temperature=temperature, seed=seed),
+                          temperature=temperature, seed=seed, chat=chat, system_prompt=system_prompt),
             judge=Judge(**judge_fields),
             humans=Humans(queue_dir=str(queue_dir), aggregate=aggregate,
                           argilla=Argilla(url=argilla_url, dataset=name) if humans == "argilla" else None),

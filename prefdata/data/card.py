@@ -8,7 +8,7 @@ carries those sections, from the user's guideline document when one is given.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -33,8 +33,10 @@ def strip_front_matter(markdown: str) -> str:
     return markdown
 
 
-def render_card(name: str, configs: dict[str, dict[str, str]], counts: dict[str, Any], guidelines: str | None) -> str:
-    """configs: {config_name: {split: path_glob}}; counts: rows per config and split, quarantine."""
+def render_card(name: str, configs: dict[str, dict[str, str]], counts: dict[str, Any], guidelines: str | None,
+                notes: Sequence[str] = ()) -> str:
+    """configs: {config_name: {split: path_glob}}; counts: rows per config and split, quarantine;
+    notes: lines stated after the counts (a collected version: how its prompts reached the policy)."""
     header = {
         "configs": [
             {"config_name": config, "data_files": [{"split": s, "path": p} for s, p in sorted(splits.items())]}
@@ -58,6 +60,8 @@ def render_card(name: str, configs: dict[str, dict[str, str]], counts: dict[str,
         for split, n in splits.items():
             lines.append(f"| {config} | {split} | {n} |")
     lines += ["", f"Rows read: {counts['read']}, kept: {counts['kept']}, quarantined: {counts['quarantined']}.", ""]
+    for note in notes:
+        lines += [note, ""]
     for title in GUIDELINE_SECTIONS:
         lines += [f"## {title}", "", given.pop(title, "") or PLACEHOLDER, ""]
     for title, body in given.items():  # any other section of the user's document

@@ -42,7 +42,7 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -264,12 +264,15 @@ class Store:
         counts: dict[str, Any],
         lineage: dict[str, Any],
         guidelines: str | None = None,
+        notes: Sequence[str] = (),
     ) -> Version:
         """Write a new draft version; the same content returns the existing version unchanged.
 
-        tables: {config: {split: frame}}; configs are those of CONFIG_DIRS.
+        tables: {config: {split: frame}}; configs are those of CONFIG_DIRS. notes: lines the card
+        states after its counts (a collected version: how its prompts reached the policy).
         """
-        return self.create_sharded(name, [tables], lambda: ({}, quarantine, counts, lineage), guidelines=guidelines)
+        return self.create_sharded(name, [tables], lambda: ({}, quarantine, counts, lineage), guidelines=guidelines,
+                                   notes=notes)
 
     def create_sharded(
         self,
@@ -280,6 +283,7 @@ class Store:
         *,
         n_batches: int = 1,
         guidelines: str | None = None,
+        notes: Sequence[str] = (),
     ) -> Version:
         """A version written a batch of tables at a time, so that no more than one batch of a big
         dataset is ever in memory: batch k's frames become `<folder>/<split>-<k>-of-<n_batches>.parquet`
@@ -303,19 +307,20 @@ class Store:
                 extra, quarantine, counts, lineage = ending()
                 if extra:
                     shards.add(extra, shard=(0, 1))
-                return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines)
+                return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines, notes)
             finally:
                 if self.fs.exists(staging):
                     self.fs.rm(staging, recursive=True)
 
-    def _write_version(self, name, staging, shards: _Shards, quarantine, counts, lineage, guidelines) -> Version:
+    def _write_version(self, name, staging, shards: _Shards, quarantine, counts, lineage, guidelines,
+                       notes: Sequence[str] = ()) -> Version:
         files = dict(shards.files)
         lines = (json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine or ())
         entry = self._put_lines(staging, "quarantine.jsonl", lines)
         if entry is not None:
             files["quarantine.jsonl"] = entry
         counts = {**counts, "rows": shards.rows}
-        card = render_card(name, shards.configs, counts, guidelines)
+        card = render_card(name, shards.configs, counts, guidelines, notes)
         files["README.md"] = self._put(staging, "README.md", card.encode())
         version = version_id(files)
         manifest = {
