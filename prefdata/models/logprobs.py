@@ -4,14 +4,16 @@
                                             rollout and update read it on response positions)
     shifted_logprobs(logits, labels)        each labelled token's log p given what precedes it, and
                                             the mask of labelled positions (labels -100 elsewhere)
-    lm_batch(tokenizer, examples, device)   prompt + response (+ eos), right-padded, labels only on
+    lm_batch(tokenizer, examples, device)   prompt + response (+ eos), tokenised as TRL tokenises a
+                                            prompt-completion example, right-padded, labels only on
                                             the response: the batch the two above read, and the
                                             batch of the SFT (ptx) loss
     completion_logprobs / mean_logprobs     a model run over (prompt, response) pairs in batches
 
 Used by the label-direction scorer `lm:PATH` (prefdata.gate.scoring), the trainers' evaluation
-(preference accuracy, held-out SFT loss) and PPO. torch is imported on use: `prefdata --help`
-never loads it.
+(preference accuracy, held-out SFT loss), their SFT mixing and PPO. The trainers hand it text
+rendered by prefdata.models.chat (a completion that already ends with the eos token), so what is
+scored here is what TRL trains on. torch is imported on use: `prefdata --help` never loads it.
 """
 
 from __future__ import annotations
@@ -38,19 +40,40 @@ def mean_logprob(logps, mask):
     return (logps * mask).sum(1) / mask.sum(1).clamp(min=1)
 
 
+def common_prefix_length(ids: list[int], other: list[int]) -> int:
+    """How many leading tokens two token lists share (TRL 1.16's `common_prefix_length`)."""
+    n = 0
+    for a, b in zip(ids, other):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def lm_batch(tokenizer, examples: list[tuple[str, str]], device, eos: bool = True) -> dict:
-    """prompt + response (+ eos), right-padded, labels IGNORE on the prompt and the padding. The prompt
-    keeps the tokenizer's special tokens (bos), the response gets none but the eos. A response of no
-    tokens (empty, without eos) is scored as one pad token, so every row has a log-prob."""
+    """prompt + response (+ eos), right-padded, labels IGNORE on the prompt and the padding.
+
+    Tokenised as TRL 1.16 tokenises a non-conversational prompt-completion example (DPO, SFT): with
+    `eos` the eos token's text is appended to a response that does not already end with it (TRL's
+    `add_eos`; a response rendered by prefdata.models.chat ends with it, so nothing is added), then
+    prompt ids = `tokenizer(prompt)`, full ids = `tokenizer(prompt + response)`, special tokens added
+    to both (prefdata.models.chat.encode), and the response is the full ids after their common prefix
+    with the prompt ids. A response of no tokens (empty, without eos) is scored as one pad token, so
+    every row has a log-prob."""
     import torch
 
+    from prefdata.models.chat import encode
+
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    eos_text = (tokenizer.eos_token or "") if eos else ""
     rows = []
     for prompt, response in examples:
-        p = tokenizer(prompt)["input_ids"]
-        r = tokenizer(response, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if eos else [])
-        r = r or [pad]
-        rows.append((p + r, [IGNORE] * len(p) + r))
+        if eos_text and not response.endswith(eos_text):
+            response = response + eos_text
+        p, full = encode(tokenizer, prompt), encode(tokenizer, prompt + response)
+        n = common_prefix_length(p, full)
+        r = full[n:] or [pad]
+        rows.append((full[:n] + r, [IGNORE] * n + r))
     width = max(len(ids) for ids, _ in rows)
     ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows], device=device)
     labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in rows], device=device)
