@@ -11,6 +11,14 @@ and the model's `config.pad_token_id` set to it so the score is read at the last
 `render` and `__call__` do exactly that, so the eos is appended once, deliberately: a response that
 already ends with it is not given a second one.
 
+`prefdata train rm` hands TRL its pairs rendered by prefdata.models.chat (a chat template, or plain
+text with a system prompt) and its card (DIR/prefdata_train.json) records that rendering: a scorer
+renders each prompt and response the same way (`render_example`, the completion ending with the
+eos token) before scoring, so a reward model is scored on the text it was trained on whoever asks
+(the judge, the `rm:` scorer, PPO's reward), given the prompt as the data holds it. A reward model
+without that record scores prompt + response + eos as above; `rendering=None` takes text that is
+rendered already (the rm plugin's own held-out accuracy).
+
 A reward model `prefdata train rm` trained with LoRA keeps its adapter under DIR/adapter. On the
 base it was trained on, it can score as a second adapter of a policy's own model (PPO's one shared
 base): RewardAdapterScorer, the same rendering and reading, only the forward differs.
@@ -20,8 +28,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 REWARD_ADAPTER = "reward"  # the reward model's adapter on a policy's base (the policy's is PEFT's "default")
+RECORDED = "recorded"  # a scorer's rendering: the one the reward model's card records
+TRAIN_RECORD = "prefdata_train.json"  # the card `prefdata train` writes beside a model
+
+
+def recorded_rendering(model_path: str | Path) -> Any:
+    """The chat.Rendering the card beside a model (written by `prefdata train`) records; None
+    without a card or a rendering in it (a model from elsewhere, or trained before it was recorded)."""
+    from prefdata.models.chat import Rendering
+
+    record = Path(model_path) / TRAIN_RECORD
+    if not record.is_file():
+        return None
+    try:
+        return Rendering.from_record(json.loads(record.read_text(encoding="utf-8")).get("rendering"))
+    except (ValueError, AttributeError):  # an unreadable card records nothing this scorer can use
+        return None
 
 
 def reward_text(prompt: str, response: str, eos: str) -> str:
@@ -32,20 +57,22 @@ def reward_text(prompt: str, response: str, eos: str) -> str:
 
 class RewardModelScorer:
     """A reward-model folder (or hub name), loaded once, frozen; `scorer(prompts, responses)` gives
-    one float per pair, in order."""
+    one float per pair, in order. `rendering`: RECORDED (the one its card records, see the module
+    doc), a chat.Rendering, or None (the text as given, prompt + response + eos)."""
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16):
+    def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16, rendering: Any = RECORDED):
         import torch
         from prefdata.models.loading import load_reward_model
 
-        self._set_up(model_path, batch_size)
+        self._set_up(model_path, batch_size, rendering)
         self.model = load_reward_model(model_path, dtype=torch.float32).to(device).eval()
         self.model.requires_grad_(False)
         self.model.config.pad_token_id = self.tokenizer.pad_token_id  # the score is read at the last non-pad token
         self.device = self.model.device
 
-    def _set_up(self, model_path: str | Path, batch_size: int) -> None:
-        """The tokenizer as TRL's preference collator uses it: right padding, pad = eos when it has none."""
+    def _set_up(self, model_path: str | Path, batch_size: int, rendering: Any = RECORDED) -> None:
+        """The tokenizer as TRL's preference collator uses it: right padding, pad = eos when it has
+        none; and the rendering the text is scored in."""
         from prefdata.models.loading import load_tokenizer
 
         if batch_size < 1:
@@ -56,9 +83,15 @@ class RewardModelScorer:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.eos = self.tokenizer.eos_token or ""
+        self.rendering = recorded_rendering(model_path) if isinstance(rendering, str) and rendering == RECORDED else rendering
 
     def render(self, prompt: str, response: str) -> str:
-        """The text TRL's RewardTrainer trains on for this pair: prompt + response + eos (once)."""
+        """The text TRL's RewardTrainer trains on for this pair: prompt + response + eos (once), the
+        prompt and response rendered first when the scorer has a rendering (prefdata.models.chat)."""
+        if self.rendering is not None:
+            from prefdata.models.chat import render_example
+
+            prompt, response = render_example(self.tokenizer, self.rendering, prompt, response)
         return reward_text(prompt, response, self.eos)
 
     def __call__(self, prompts: list[str], responses: list[str]) -> list[float]:
@@ -115,12 +148,12 @@ class RewardAdapterScorer(RewardModelScorer):
     sequence-classification model does) and switches back: the weights are those of the merged reward
     model, so the scores are RewardModelScorer's, without a second copy of the base in memory."""
 
-    def __init__(self, model, path: str | Path, adapter: Path, batch_size: int = 64):
+    def __init__(self, model, path: str | Path, adapter: Path, batch_size: int = 64, rendering: Any = RECORDED):
         import torch
         from peft import LoraConfig, set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        self._set_up(path, batch_size)
+        self._set_up(path, batch_size, rendering)
         saved = LoraConfig.from_pretrained(adapter)
         state = load_file(adapter / "adapter_model.safetensors")
         head = [k for k in state if k.endswith("score.weight")]
