@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.base.errors import UnusableInput
+from prefdata.models.chat import chat_mode
 
 DEFAULT_SFT_RATIO = 0.2  # seed pitfall 6: "1 preference pair : 0.2 SFT"
 
@@ -33,7 +34,11 @@ class MixConfig:
     guards: bool = field(default=True, metadata={"help": "Stop the run when a guard from the KL tuning table fires."})
     length_max_new_tokens: int = field(default=128, metadata={"help": "Greedy tokens per held-out prompt for the card's mean_response_length before/after (0 skips it)."})
     allowed_waivers: list[str] | None = field(default=None, metadata={"help": "Checks the dataset's validation may have waived (by id, e.g. [min_size, safety]); a version validated with any other check waived is refused. None accepts every recorded waiver; either way each one is in the run's log and on the model card."})
-    check_template: bool = field(default=True, metadata={"help": "Before training, run the template_fit check (checks/template_fit.py) on the training pairs with the base model's tokenizer and the config's max_length, and refuse the run when a pair would be cut or mis-tokenised; false trains anyway (methods without TRL's max_length, grpo and ppo, never tokenise the pairs' responses and skip it)."})
+    check_template: bool = field(default=True, metadata={"help": "Before training, run the template_fit check (checks/template_fit.py) on the training pairs with the base model's tokenizer, the run's rendering and the config's max_length, and refuse the run when a pair would be cut or mis-tokenised; false trains anyway (methods without TRL's max_length, grpo and ppo, never tokenise the pairs' responses and skip it)."})
+    chat: str = field(default="auto", metadata={"help": "Render prompts through the base model's chat template (prefdata.models.chat): auto (on when the tokenizer has a template that writes the assistant's turn; a version that records how it was sampled is rendered that way), true, or false (plain text)."})
+    system_prompt: str | None = field(default=None, metadata={"help": "A system prompt put before every prompt (as a system turn with the chat template, before a blank line in plain text); None: the one the version records, if any."})
+    allow_rendering_mismatch: bool = field(default=False, metadata={"help": "Train even when the version records a rendering (chat template, its sha256, system prompt) other than the one the base model's tokenizer gives: the model is then trained on other text than it was sampled on. The card records both."})
+
 
 
 @dataclass
@@ -80,9 +85,12 @@ def parse_config(cls: type, values: dict[str, Any] | None) -> Any:
         raise UnusableInput(f"config: unknown key(s) {unknown} for {cls.__name__}" +
                             "".join(f"; did you mean {c}?" for c in close.values() if c))
     try:
-        return cls(**values)  # the configs validate themselves in __post_init__ (TRL's, and ours)
+        config = cls(**values)  # the configs validate themselves in __post_init__ (TRL's, and ours)
+        if isinstance(config, MixConfig):  # TRL's __post_init__ ends the chain before a MixConfig's would run
+            config.chat = chat_mode(config.chat)  # auto, true or false (a YAML bool as well)
     except (TypeError, ValueError) as exc:
         raise UnusableInput(f"config for {cls.__name__}: {exc}") from None
+    return config
 
 
 def config_fields(cls: type) -> list[tuple[str, Any, str]]:

@@ -4,27 +4,41 @@ Parquet with prompt, completion).
 
 No plugin trains from a version that is not validated or fails `verify`: the card it writes names
 the version and its content hash, so a model can always be traced to the exact data behind it.
+
+The pairs here are the version's text as stored; `TrainingData.rendering` is how the version's
+lineage says its prompts were rendered when they were sampled (prefdata.models.chat), and each pair
+keeps its `prompt_messages` (the turns of a conversational import). trainers/rendering.py turns them
+into the text TRL gets, with the one chat rendering.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prefdata.base.errors import GateFailed, UnusableInput, ways_out
+from prefdata.models.chat import Rendering
 
 
 @dataclass
 class TrainingData:
+    """A version's pairs as a run reads them. As `load_validated` returns it, the text is the stored
+    text; `trainers.rendering.rendered` returns a copy whose pairs and examples are the rendered text
+    the model reads (`renderer` set, `source` the stored data)."""
+
     ref: str
     content_hash: str
     manifest: dict[str, Any]
-    train: list[dict[str, str]]      # prompt, chosen, rejected
+    train: list[dict[str, str]]      # prompt, chosen, rejected (and prompt_messages, when the version has it)
     eval: list[dict[str, str]]       # held-out pairs for the preference metric
     chosen_sft: list[tuple[str, str]]  # (prompt, completion): the version's chosen-only subset
+    rendering: Rendering | None = None  # as the version's lineage records it; None: it records none (imported data)
+    messages: dict[str, str] = field(default_factory=dict)  # prompt -> its prompt_messages JSON (conversational imports)
+    renderer: Any = None  # trainers.rendering.Renderer once rendered: the text above is then the model's input
+    source: TrainingData | None = None  # the stored text this rendered copy was made from
 
 
 def load_validated(ref: str, store: str | None = None, eval_share: float = 0.1, seed: int = 0) -> TrainingData:
@@ -58,7 +72,7 @@ def _training_data(st, v, eval_share: float, seed: int) -> TrainingData:
     import polars as pl
 
     pairs = st.load(v.ref)
-    columns = ["prompt", "chosen", "rejected"]
+    columns = ["prompt", "chosen", "rejected"] + (["prompt_messages"] if "prompt_messages" in pairs.columns else [])
     split = pairs["split"].fill_null("train") if "split" in pairs.columns else None
     if split is not None and split.is_in(["test", "eval"]).any():
         held = split.is_in(["test", "eval"])
@@ -73,8 +87,14 @@ def _training_data(st, v, eval_share: float, seed: int) -> TrainingData:
         raise UnusableInput(f"{v.ref} has no training pairs")
     # The chosen-only subset, minus held-out prompts: mixing those in would leak the eval pairs' answers.
     sft = st.load(v.ref, "sft").filter(pl.col("prompt").is_in(train["prompt"].unique().to_list()))
+    messages: dict[str, str] = {}
+    if "prompt_messages" in pairs.columns:
+        for prompt, turns in pairs.select("prompt", "prompt_messages").drop_nulls().iter_rows():
+            messages.setdefault(prompt, turns)
     return TrainingData(v.ref, v.version, v.manifest, train.select(columns).to_dicts(), held_out.select(columns).to_dicts(),
-                        list(zip(sft["prompt"].to_list(), sft["completion"].to_list())))
+                        list(zip(sft["prompt"].to_list(), sft["completion"].to_list())),
+                        rendering=Rendering.from_record((v.manifest.get("lineage") or {}).get("rendering")),
+                        messages=messages)
 
 
 def recorded_waivers(manifest: dict[str, Any]) -> dict[str, str]:
