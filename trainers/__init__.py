@@ -14,10 +14,17 @@ must beat). Another package adds a method through the entry-point group
 Targets load lazily: listing the methods imports neither torch nor TRL.
 
 What the plugins share, one job a module: config (the fields every method adds, YAML configs),
-data (validated versions, SFT files), preflight (refusals before a model loads), rewards (rule
-rewards, the reward-model gate), mixing (the SFT mix), evaluation (the before/after figures), run
-(a TRL trainer's run, saved once across ranks), runlog (train.log), card (the model card), curves
-and guards. PPO is ppo (config, loop, plugin), ppo_step (rollout, update) and ppo_math.
+data (validated versions, SFT files), rendering (the data as the model reads it: every trainer
+hands TRL text rendered by prefdata.models.chat, the one chat rendering sampling used), preflight
+(refusals before a model loads), rewards (rule rewards, the reward-model gate), mixing (the SFT
+mix), evaluation (the before/after figures), run (a TRL trainer's run, saved once across ranks),
+runlog (train.log), card (the model card), curves and guards. PPO is ppo (config, loop, plugin),
+ppo_step (rollout, update) and ppo_math.
+
+`train` resolves the run's rendering on the base model's tokenizer (config `chat`, `system_prompt`),
+refuses a version sampled through another one (`allow_rendering_mismatch: true` trains anyway), and
+hands the plugin the rendered TrainingData: its pairs and examples are the text TRL tokenises as it
+is, the prompt rendered once, each completion ending with the eos token.
 
 May import: prefdata.base, prefdata.models, prefdata.data (validated versions), and
 prefdata.checks.template_fit alone (`train` refuses pairs the trainer would cut, with the check
@@ -57,7 +64,8 @@ class TrainResult:
 @dataclass(frozen=True)
 class Plugin:
     """A training method: its config dataclass (shared by the CLI and YAML) and its run function
-    `run(config, data: TrainingData, output_dir: Path, log) -> (model_dir, metrics)`."""
+    `run(config, data: TrainingData, output_dir: Path, log) -> (model_dir, metrics)`; `train` hands
+    it the data rendered (trainers/rendering.py)."""
 
     name: str
     config_class: type
@@ -102,7 +110,8 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     from prefdata.trainers.config import load_config_file, parse_config
     from prefdata.trainers.curves import CURVES_FILE, draw_curves, reports_to, tensorboard_dir
     from prefdata.trainers.data import check_waivers, load_validated, read_sft_file
-    from prefdata.trainers.preflight import check_base_model, check_template
+    from prefdata.trainers.preflight import base_tokenizer, check_base_model, check_rendering, check_template
+    from prefdata.trainers.rendering import rendered
     from prefdata.trainers.run import is_main_process
     from prefdata.trainers.runlog import RunLog
 
@@ -129,10 +138,19 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     output_dir = Path(output_dir or values.get("output_dir") or Path(".prefdata") / "runs" / f"{method}-{dataset.replace('@', '-')}")
     values["output_dir"] = str(output_dir)
     cfg = parse_config(plugin.config_class, values)
-    check_template(method, cfg, data)  # pairs the trainer would cut or mis-tokenise: one line, exit 1
+    # The tokenizer only (no weights): how the version was sampled against how this base renders it
+    # (one line, exit 1), then pairs the trainer would cut or mis-tokenise in that rendering (exit 1).
+    tokenizer = base_tokenizer(method, cfg.base_model)
+    rendering = check_rendering(method, cfg, data, tokenizer)
+    check_template(method, cfg, data, tokenizer, rendering)
+    data = rendered(data, tokenizer, rendering)  # what every plugin trains and evaluates on
     run_log = RunLog(output_dir / "train.log", log or (lambda _msg: None), verbose)
     if reports_to(getattr(cfg, "report_to", None), "tensorboard"):
         run_log.preface(f"curves while it runs: tensorboard --logdir {tensorboard_dir(output_dir)}")
+    run_log.preface(f"rendering: {rendering.describe()} ({rendering.why})")
+    if data.rendering is not None and data.rendering.difference(rendering) is not None:
+        run_log.preface(f"warning: {data.ref} was sampled as {data.rendering.describe()}; trained as "
+                        f"{rendering.describe()} (allow_rendering_mismatch)")
     if waivers:
         run_log.preface(f"{data.ref} passed its checklist with {len(waivers)} check(s) waived: "
                         + "; ".join(f"{check} ({reason})" for check, reason in waivers.items()))

@@ -1,5 +1,7 @@
 """The model card a run writes beside its model: README.md with a YAML header naming the base model,
-the dataset version and its content hash, the waivers and the config, and prefdata_train.json.
+the dataset version and its content hash, the rendering its text was trained in (prefdata.models.chat:
+chat template on or off, the template's sha256, the system prompt; and the version's own when
+`allow_rendering_mismatch` let them differ), the waivers and the config, and prefdata_train.json.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from prefdata.trainers.curves import CURVES_FILE
 from prefdata.trainers.data import TrainingData, recorded_waivers
+from prefdata.trainers.rendering import rendering_record
 
 
 def write_card(output_dir: Path, method: str, data: TrainingData, base_model: str, config: Any,
@@ -23,14 +26,21 @@ def write_card(output_dir: Path, method: str, data: TrainingData, base_model: st
         "library_name": "transformers",
         "tags": ["prefdata", method, "trl", "peft"],
         "prefdata": {"method": method, "dataset": data.ref, "dataset_hash": data.content_hash,
-                     "waivers": recorded_waivers(data.manifest), "config": config_record(config), "metrics": metrics},
+                     "rendering": rendering_record(data), "waivers": recorded_waivers(data.manifest),
+                     "config": config_record(config), "metrics": metrics},
     }
+    rendering = header["prefdata"]["rendering"]
     waivers = header["prefdata"]["waivers"]
     body = [
         "---", yaml.safe_dump(json.loads(json.dumps(header, default=str)), sort_keys=False).rstrip(), "---",
         f"# {method} from {data.ref}", "",
         f"Trained by prefdata `{method}` from the validated dataset version `{data.ref}` "
         f"(content hash `{data.content_hash}`), starting from `{base_model}`.", "",
+        *([f"Its text was rendered as {data.renderer.rendering.describe()} (prefdata.models.chat), "
+           "as the model reads it; "
+           + (f"the version records {data.rendering.describe()} (trained anyway: allow_rendering_mismatch)."
+              if rendering.get("version_rendering") else "the version records the same." if data.rendering
+              else "the version records none."), ""] if rendering else []),
         *(["## Waivers", "", "The dataset passed its checklist with these checks waived (from its signed report):", "",
            *[f"- `{check}`: {reason}" for check, reason in waivers.items()], ""] if waivers else []),
         *(["## Warnings", "", *[f"- {w}" for w in metrics.get("warnings", [])], ""] if metrics.get("warnings") else []),

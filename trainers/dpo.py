@@ -5,6 +5,9 @@ term beside `sigmoid` (TRL 1.16 has no `rpo_alpha`; `loss_type=["sigmoid", "sft"
 `loss_weights` is its form), and SFT batches mixed in each step (the ptx term). Plain sigmoid DPO on
 pairs whose sides differ by a digit pushes both likelihoods down; the ChosenCollapse guard stops
 such a run with a message naming the fix.
+
+The pairs reach TRL as rendered text (trainers/rendering.py, prefdata.models.chat): the prompt as
+the base model reads it, each side ending with the eos token, so TRL templates and adds nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from prefdata.trainers.data import TrainingData
 from prefdata.trainers.evaluation import evaluate_model
 from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
+from prefdata.trainers.rendering import as_rendered
 from prefdata.trainers.run import Timer, train_and_measure
 
 
@@ -46,6 +50,7 @@ def run(cfg: DPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable
     from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     timer = Timer()
+    data = as_rendered(cfg, data, "dpo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"dpo: before {before}")
     tokenizer = load_tokenizer(cfg.base_model)

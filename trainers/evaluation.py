@@ -1,6 +1,11 @@
 """The figures a run reports before and after training: preference accuracy on the held-out pairs,
 the held-out SFT loss (the alignment tax), the mean greedy response length, and whatever the
 configured evaluator measures. Log-probabilities come from prefdata.models.logprobs.
+
+All of it reads the run's rendered text (trainers/rendering.py, prefdata.models.chat): the held-out
+pairs and the eval_sft file as TRL gets the training pairs (each completion ending with the eos
+token), the length figure generated from the rendered prompts, so the figures measure the model on
+the text it is trained and sampled on.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from typing import Any, Callable
 
 from prefdata.trainers.config import MixConfig
 from prefdata.trainers.data import TrainingData, read_sft_file
+from prefdata.trainers.rendering import render_sft
 
 
 def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | None:
@@ -21,7 +27,8 @@ def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | Non
 
 
 def sft_loss(model, tokenizer, examples: list[tuple[str, str]]) -> float:
-    """Mean next-token loss of the completions (+ eos) given their prompts: the held-out SFT loss."""
+    """Mean next-token loss of the completions (+ eos, unless rendered with it) given their prompts:
+    the held-out SFT loss."""
     from prefdata.models.logprobs import completion_logprobs
 
     total, count = 0.0, 0
@@ -48,7 +55,7 @@ LENGTH_PROMPTS = 128  # held-out prompts generated on for the length figure: eno
 
 def mean_response_length(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 32) -> float | None:
     """Mean length in tokens of the model's greedy responses to the first LENGTH_PROMPTS held-out
-    prompts, up to (not counting) the first EOS, capped at max_new_tokens. Greedy, so the figure is the
+    prompts (rendered: the text the model reads before its reply, tokenised as chat.encode does), up to (not counting) the first EOS, capped at max_new_tokens. Greedy, so the figure is the
     same for the same weights: before and after differ only by what training changed."""
     import torch
 
@@ -77,7 +84,9 @@ def mean_response_length(model, tokenizer, prompts: list[str], max_new_tokens: i
 
 def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) -> dict[str, float]:
     """The figures a run reports before and after: preference accuracy on held-out pairs, held-out SFT
-    loss (the alignment tax), and whatever the configured evaluator measures."""
+    loss (the alignment tax), and whatever the configured evaluator measures. `data` rendered
+    (trainers/rendering.py): its held-out pairs and prompts are the model's input, and the eval_sft
+    file is rendered the same way."""
     from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
@@ -90,7 +99,7 @@ def evaluate_model(model_dir: Path | str, mix: MixConfig, data: TrainingData) ->
     if length is not None:
         metrics["mean_response_length"] = length
     if mix.eval_sft:
-        metrics["heldout_sft_loss"] = sft_loss(model, tokenizer, read_sft_file(mix.eval_sft))
+        metrics["heldout_sft_loss"] = sft_loss(model, tokenizer, render_sft(data, read_sft_file(mix.eval_sft)))
     del model
     evaluator = load_evaluator(mix.evaluator)
     if evaluator is not None:

@@ -6,8 +6,11 @@
 A reward model must have a card from `prefdata train rm` recording held-out pairwise accuracy at or
 above `min_rm_accuracy` (0.6): below it, or with no figure, the run is refused before anything loads.
 
-The prompts are the validated version's training prompts (each once). A ptx term (SFT batches, see
-mixing.py) protects skills the prompts never touch. Guards: KL above a bound, KL collapsing while
+The prompts are the validated version's training prompts (each once), handed to TRL rendered as the
+base model reads them (trainers/rendering.py, prefdata.models.chat), so what is generated from is what
+was sampled on; the dataset's `raw_prompt` column carries each original prompt to the rule rewards,
+whose verifiers parse the user's text. A ptx term (SFT batches, see mixing.py) protects skills the
+prompts never touch. Guards: KL above a bound, KL collapsing while
 the reward climbs, and advantages all ~0 (every group scored alike: group too small or reward flat).
 """
 
@@ -26,7 +29,10 @@ from prefdata.trainers.data import TrainingData
 from prefdata.trainers.evaluation import evaluate_model
 from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
-from prefdata.trainers.rewards import DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, check_reward_models, rule_reward
+from prefdata.trainers.rendering import as_rendered, prompts_to_render
+from prefdata.trainers.rewards import (
+    DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, RAW_PROMPT, check_reward_models, rule_reward,
+)
 from prefdata.trainers.run import Timer, train_and_measure
 
 
@@ -72,19 +78,20 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
     timer = Timer()
     funcs = reward_funcs(cfg.rewards)
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
+    data = as_rendered(cfg, data, "grpo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"grpo: before {before}")
     tokenizer = load_tokenizer(cfg.base_model, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = load_causal_lm(cfg.base_model)
-    prompts = sorted({row["prompt"] for row in data.train})
+    prompts = [{"prompt": text, RAW_PROMPT: original} for original, text in prompts_to_render(data)]
     guards = guard_callback(defaults("grpo", cfg.rewards) if cfg.guards else [])
     pool = sft_pool(cfg, data)
     trainer_cls = with_sft_mix(GRPOTrainer) if pool and cfg.sft_ratio > 0 else GRPOTrainer
     cfg.output_dir = str(output_dir / "trainer")
     trainer = trainer_cls(
-        model=model, reward_funcs=funcs, args=cfg, train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+        model=model, reward_funcs=funcs, args=cfg, train_dataset=Dataset.from_list(prompts),
         processing_class=tokenizer, callbacks=[guards], peft_config=lora_config(cfg) if cfg.use_lora else None,
     )
     if trainer_cls is not GRPOTrainer:

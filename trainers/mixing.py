@@ -5,7 +5,10 @@ DPO `sft` loss term only trains on the chosen answers, which protects the task; 
 skill needs that skill's own SFT data in the mix (measured on the demo world: chosen-only mixing
 kept the task but the general skill fell to 0.34; general SFT examples in the mix kept it at 0.99).
 `with_sft_mix(TrainerClass)` adds the term to any TRL trainer (DPO, GRPO) and logs it as `sft_loss`;
-`sft_pool` and `sft_batch_size` say what is mixed in and how much per step.
+`sft_pool` and `sft_batch_size` say what is mixed in and how much per step. The examples are the
+run's rendered text (trainers/rendering.py, prefdata.models.chat): the chosen-only subset as the
+rendered version carries it, the general file rendered the same way, each completion ending with
+the eos token, and prefdata.models.logprobs tokenises them as TRL tokenises the pairs.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from prefdata.base.errors import UnusableInput
 from prefdata.models.logprobs import lm_batch
 from prefdata.trainers.config import MixConfig
 from prefdata.trainers.data import TrainingData, read_sft_file
+from prefdata.trainers.rendering import render_sft
 
 
 def sft_pool(mix: MixConfig, data: TrainingData) -> list[tuple[str, str]]:
-    """The SFT examples mixed into preference training, from the configured sources."""
+    """The SFT examples mixed into preference training, from the configured sources, rendered as
+    `data` is (the chosen-only subset of a rendered version is rendered already)."""
     unknown = set(mix.sft_sources) - {"chosen", "general"}
     if unknown:
         raise UnusableInput(f"sft_sources: unknown {sorted(unknown)}; use 'chosen' and/or 'general'")
@@ -28,7 +33,7 @@ def sft_pool(mix: MixConfig, data: TrainingData) -> list[tuple[str, str]]:
     if "chosen" in mix.sft_sources:
         pool += data.chosen_sft
     if "general" in mix.sft_sources and mix.general_sft:
-        pool += read_sft_file(mix.general_sft)
+        pool += render_sft(data, read_sft_file(mix.general_sft))
     return pool
 
 

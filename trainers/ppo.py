@@ -11,12 +11,14 @@ One base causal LM is loaded once and plays three of PPO's four roles:
                otherwise it loads once as its own frozen model (RewardModelScorer). Both are
                prefdata.models.reward's, which renders and scores every reward model the same way
 
-A step: sample completions for a batch of prompts (left-padded, `generate` with sampling); score
-them; per-token KL to the reference becomes a penalty on every response token, the score lands on
+A step: sample completions for a batch of prompts (left-padded, `generate` with sampling, from the
+prompts rendered as the base model reads them: trainers/rendering.py, prefdata.models.chat); score
+them (the reward gets the original prompts: a verifier parses the user's text, a reward model
+renders them as its card records); per-token KL to the reference becomes a penalty on every response token, the score lands on
 the last one; GAE runs backwards over the response mask; then `ppo_epochs` passes of minibatches
 minimise the clipped policy loss + vf_coef * clipped value loss - ent_coef * entropy
 + ptx_coef * the next-token loss of a fresh SFT batch (InstructGPT's PPO-ptx, against the
-alignment tax). An adaptive KL controller (Ziegler et al. 2019) steers beta toward `target_kl`.
+alignment tax; the plugin's SFT examples are rendered as the prompts are, each ending with eos). An adaptive KL controller (Ziegler et al. 2019) steers beta toward `target_kl`.
 The math lives in ppo_math.py as pure functions, a step (rollout, update) in ppo_step.py; this
 module holds the config, loads the policy, picks the reward and runs the loop.
 """
@@ -29,7 +31,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from prefdata.models.reward import REWARD_ADAPTER, RewardAdapterScorer, RewardModelScorer, reward_adapter_dir
 from prefdata.trainers.guards import GuardTripped
@@ -189,9 +191,11 @@ def _prompt_batches(prompts: list[str], batch_size: int, seed: int):
 
 def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], config: PPOConfig,
           sft_examples: Sequence[tuple[str, str]] | None = None,
-          callbacks: Sequence[Callable[[int, dict], None]] = (), log: Callable[[str], None] | None = None
-          ) -> list[dict]:
-    """`config.max_steps` PPO steps on a loaded policy, in place; returns the per-step metrics."""
+          callbacks: Sequence[Callable[[int, dict], None]] = (), log: Callable[[str], None] | None = None,
+          prompt_texts: Mapping[str, str] | None = None) -> list[dict]:
+    """`config.max_steps` PPO steps on a loaded policy, in place; returns the per-step metrics.
+    `prompt_texts`: original prompt -> the rendered text the policy generates from (the reward gets
+    the original); without it the prompts are generated from as they are."""
     import torch
 
     from prefdata.trainers.ppo_math import AdaptiveKLController, FixedKLController
@@ -213,7 +217,9 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
     for step in range(config.max_steps):
         t0 = time.perf_counter()
         kl_coef = kl_ctl.value
-        batch = rollout(model, value_head, tokenizer, next(batches), reward, kl_coef, config, device)
+        chosen = next(batches)
+        texts = [prompt_texts[p] for p in chosen] if prompt_texts is not None else None
+        batch = rollout(model, value_head, tokenizer, chosen, reward, kl_coef, config, device, texts)
         losses = ppo_update(model, value_head, optimizer, batch, config, sft_batches, generator, device)
         kl = float(batch["kl"].mean())
         kl_ctl.update(kl, config.per_device_train_batch_size)
@@ -244,8 +250,10 @@ def train(model, value_head, tokenizer, reward: Reward, prompts: list[str], conf
 
 def run_ppo(config: PPOConfig, base_model: str | Path, prompts: list[str], reward: Reward | str | Path,
             output_dir: Path, sft_examples: list[tuple[str, str]] | None = None,
-            callbacks: Sequence[Callable[[int, dict], None]] = (), log: Callable[[str], None] | None = None) -> dict:
+            callbacks: Sequence[Callable[[int, dict], None]] = (), log: Callable[[str], None] | None = None,
+            prompt_texts: Mapping[str, str] | None = None) -> dict:
     """Train a LoRA policy on `base_model` with PPO and save the merged model to `output_dir`.
+    `prompt_texts`: each prompt's rendered text, generated from (see `train`).
 
     `reward(prompts, completions) -> scores`, or a reward model folder. Each callback is called as
     `cb(step, metrics)` after every step; an exception from it stops the run and propagates (the
@@ -262,7 +270,7 @@ def run_ppo(config: PPOConfig, base_model: str | Path, prompts: list[str], rewar
     reward_as = ("callable" if callable(reward) else
                  "adapter" if isinstance(reward_fn, RewardAdapterScorer) else "model")
     started = time.perf_counter()
-    history = train(model, value_head, tokenizer, reward_fn, prompts, config, sft_examples, callbacks, log)
+    history = train(model, value_head, tokenizer, reward_fn, prompts, config, sft_examples, callbacks, log, prompt_texts)
     seconds = time.perf_counter() - started
     tokenizer.padding_side = padding_side
     output_dir = Path(output_dir)
@@ -316,6 +324,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     from prefdata.base.errors import UnusableInput
     from prefdata.trainers.evaluation import before_after, evaluate_model
     from prefdata.trainers.mixing import sft_pool
+    from prefdata.trainers.rendering import as_rendered, prompts_to_render
     from prefdata.trainers.rewards import check_reward_models, rule_reward
     from prefdata.trainers.run import Timer
     from prefdata.trainers.curves import reports_to, tensorboard_callback
@@ -330,10 +339,12 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     else:
         raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:module:function or rm:PATH (an existing folder)")
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
+    data = as_rendered(cfg, data, "ppo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"ppo: before {before}")
-    prompts = sorted({row["prompt"] for row in data.train})
-    pool = sft_pool(cfg, data) if cfg.sft_ratio > 0 else []
+    texts = dict(prompts_to_render(data))  # original prompt -> rendered: generated from, the original to the reward
+    prompts = sorted(texts)
+    pool = sft_pool(cfg, data) if cfg.sft_ratio > 0 else []  # rendered examples, each ending with eos
     if not cfg.guards:
         cfg.max_kl = None
     callbacks = [step_guard(defaults("ppo", cfg.rewards))] if cfg.guards else []
@@ -341,7 +352,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
         callbacks.append(tensorboard_callback(output_dir))
     # Each step's line goes to the run's train.log (the console only with --verbose): log.step when given.
     result = run_ppo(cfg, cfg.base_model, prompts, reward, output_dir, sft_examples=pool or None, callbacks=callbacks,
-                     log=getattr(log, "step", log))
+                     log=getattr(log, "step", log), prompt_texts=texts)
     after = evaluate_model(output_dir, cfg, data)
     log(f"ppo: after {after}")
     history = result.pop("history")

@@ -1,7 +1,9 @@
 """One PPO step on the shared base (ppo.py's loop calls these; `config` is its PPOConfig):
 
-    rollout      sample completions for a batch of prompts, score them with the reward, and turn the
-                 scores and the per-token KL to the reference into advantages and returns
+    rollout      sample completions for a batch of prompts (from their rendered text, prefdata.models.chat,
+                 when given: what the policy reads), score them with the reward (given the original
+                 prompts), and turn the scores and the per-token KL to the reference into advantages
+                 and returns
     ppo_update   `ppo_epochs` passes of clipped policy + value (+ entropy, + ptx) minibatch updates
 
 The math is ppo_math.py's; the log-probabilities of the sampled tokens are prefdata.models.logprobs'.
@@ -69,14 +71,19 @@ def forward_response(model, value_head, ids, attention_mask, prompt_width: int, 
     return logits, values
 
 
-def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl_coef: float, config, device) -> dict:
-    """Sample, score, and turn scores into per-token advantages and returns (no gradients)."""
+def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl_coef: float, config, device,
+            texts: list[str] | None = None) -> dict:
+    """Sample, score, and turn scores into per-token advantages and returns (no gradients). `texts`:
+    each prompt as the model reads it (rendered), generated from; `prompts` (the original text) go to
+    the reward. Without `texts` the prompts are generated from as they are."""
     import torch
 
     from prefdata.trainers.ppo_math import gae, kl_shaped_rewards, masked_mean, masked_whiten, per_token_kl
 
+    if texts is not None and len(texts) != len(prompts):
+        raise ValueError(f"{len(texts)} rendered prompts for {len(prompts)} prompts")
     tokenizer.padding_side = "left"  # every prompt ends at the same column, where generation starts
-    enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
+    enc = tokenizer(texts if texts is not None else prompts, return_tensors="pt", padding=True).to(device)
     width = enc["input_ids"].size(1)
     model.eval()
     with torch.no_grad(), _autocast(device):

@@ -1,5 +1,6 @@
-"""What `train` refuses before any model loads, in one line each: a base model that cannot load, and
-training pairs the trainer would cut or mis-tokenise (the template_fit check).
+"""What `train` refuses before any model loads, in one line each: a base model that cannot load, a
+version sampled through another rendering than the base model's tokenizer gives (trainers/rendering.py),
+and training pairs the trainer would cut or mis-tokenise (the template_fit check).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.models.chat import Rendering
 from prefdata.trainers.data import TrainingData
 
 
@@ -39,23 +41,40 @@ def check_base_model(spec: str) -> None:
                             f"({str(exc).splitlines()[0]}): {fix}") from None
 
 
-def check_template(method: str, cfg: Any, data: TrainingData) -> None:
+def base_tokenizer(method: str, spec: str) -> Any:
+    """The base model's tokenizer (cheap: no weights), or one line (exit 2) when it has none."""
+    from prefdata.models.loading import load_tokenizer
+
+    try:
+        return load_tokenizer(spec)
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError... for a bad folder
+        raise UnusableInput(f"{method}: {spec}: cannot load a tokenizer ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); give a model folder saved with "
+                            "save_pretrained") from None
+
+
+def check_rendering(method: str, cfg: Any, data: TrainingData, tokenizer: Any) -> Rendering:
+    """The rendering the run will use (trainers/rendering.py), before any model loads: a version
+    sampled through another rendering than the base model's (another chat template, none, another
+    system prompt) is refused in one line (GateFailed, exit 1) unless `allow_rendering_mismatch`."""
+    from prefdata.trainers.rendering import training_rendering
+
+    return training_rendering(cfg, data, tokenizer, method)
+
+
+def check_template(method: str, cfg: Any, data: TrainingData, tokenizer: Any, rendering: Rendering) -> None:
     """Refuse, in one line (GateFailed, exit 1), training pairs the trainer would truncate at the config's
-    max_length or tokenise badly (checks/template_fit.py), before any model loads. Rendered as plain text,
-    not with the chat template: the trainers hand TRL plain strings, which it never templates. Only
-    methods with TRL's max_length field (dpo, rm, sft) tokenise the pairs; grpo and ppo generate their own
-    responses. `check_template: false` waives it."""
+    max_length or tokenise badly (checks/template_fit.py), before any model loads. Rendered with the
+    rendering the run uses (`check_rendering`): the text the trainers hand TRL is that rendering's,
+    which TRL tokenises as it is. Only methods with TRL's max_length field (dpo, rm, sft) tokenise the
+    pairs; grpo and ppo generate their own responses. `check_template: false` waives it."""
     if not getattr(cfg, "check_template", True) or not hasattr(cfg, "max_length") or not data.train:
         return
     import polars as pl
 
-    from prefdata.checks.template_fit import check_template_fit, load_tokenizer
+    from prefdata.checks.template_fit import check_template_fit
 
-    try:
-        tokenizer = load_tokenizer(cfg.base_model)
-    except ValueError as exc:
-        raise UnusableInput(f"{method}: {exc}") from None
-    result = check_template_fit(pl.DataFrame(data.train), tokenizer, max_length=cfg.max_length, chat_template=False)
+    result = check_template_fit(pl.DataFrame(data.train), tokenizer, max_length=cfg.max_length, rendering=rendering)
     if result.status == "fail":
         raise GateFailed(f"{method}: template_fit fails on {data.ref}: {result.message}: raise max_length, shorten the "
                          f"pairs, or set check_template: false in the config to train anyway")

@@ -1,6 +1,11 @@
 """The rewards grpo and ppo take (`rewards: [rule:module:function, rm:DIR]`): a rule verifier as a TRL
 reward function, and the reward-model gate that refuses an `rm:DIR` whose card records too low a
 held-out accuracy.
+
+A verifier reads the prompt as the data holds it (it parses the user's question), never the text
+the policy generated from, which is rendered (trainers/rendering.py): GRPO's dataset carries the
+original beside the rendered prompt as the column RAW_PROMPT, which TRL hands reward functions as a
+keyword; PPO hands its reward the original prompts itself.
 """
 
 from __future__ import annotations
@@ -11,16 +16,23 @@ from typing import Callable
 
 from prefdata.base.errors import GateFailed, UnusableInput
 
+RAW_PROMPT = "raw_prompt"  # GRPO's dataset column: the original prompt of each rendered one
+
 
 def rule_reward(spec: str) -> Callable:
-    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float."""
+    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float.
+    It scores the original prompts: TRL's `raw_prompt` keyword (GRPO's dataset column) when given,
+    else `prompts` as they come (PPO hands it the original prompts)."""
     from prefdata.base.targets import load_target
 
     verifier = load_target(spec, what="rewards: rule")
     name = spec.partition(":")[2]
 
-    def reward(prompts, completions, completion_ids=None, **_):
-        return [float(verifier(p, c)) for p, c in zip(prompts, completions)]
+    def reward(prompts, completions, completion_ids=None, **kwargs):
+        originals = kwargs.get(RAW_PROMPT) or prompts
+        if len(originals) != len(completions):
+            raise ValueError(f"rewards: rule {spec}: {len(originals)} prompts for {len(completions)} completions")
+        return [float(verifier(p, c)) for p, c in zip(originals, completions)]
 
     reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
     return reward

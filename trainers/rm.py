@@ -4,6 +4,10 @@ Its output serves the label-direction check (`prefdata check --scorer rm:DIR`), 
 [rm:DIR]`) and PPO. The held-out figure is pairwise accuracy: the share of held-out pairs whose chosen
 side it scores higher, through prefdata.models.reward.RewardModelScorer, the scorer the checks and PPO use.
 A reward model is not a policy, so nothing is mixed in: there is no generation skill to tax.
+
+The pairs reach TRL as rendered text (trainers/rendering.py, prefdata.models.chat): the prompt as
+the base model reads it, each side ending with the eos token, so TRL adds nothing; the card records
+that rendering, and RewardModelScorer renders what it scores the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from trl import RewardConfig, RewardTrainer
 from prefdata.trainers import Plugin
 from prefdata.trainers.config import MixConfig, PairTrainDefaults, RunDefaults, lora_config
 from prefdata.trainers.data import TrainingData
+from prefdata.trainers.rendering import as_rendered
 from prefdata.trainers.run import Timer, train_and_measure
 
 
@@ -36,17 +41,19 @@ CHANCE = 0.5  # a coin ranks half the held-out pairs right
 
 
 def pairwise_accuracy(model_dir: Path | str, pairs: list[dict[str, str]]) -> float | None:
-    """Share of pairs whose chosen side the reward model scores strictly higher.
+    """Share of `pairs` (rendered: trainers/rendering.py) whose chosen side the reward model scores
+    strictly higher.
 
     Each side is scored as TRL's RewardTrainer trained it on non-chat data, by the one shared scorer
-    (prefdata.models.reward): prompt + completion + eos (appended once), the score read at the eos
-    token. Without the eos the score is read at the answer's last token, where the head was never
-    trained (on the demo version: train pairs ranked right 0.53 against 0.65)."""
+    (prefdata.models.reward) taking the rendered text as it is: prompt + completion, which ends with
+    the eos token, the score read there. Without the eos the score is read at the answer's last
+    token, where the head was never trained (on the demo version: train pairs ranked right 0.53
+    against 0.65)."""
     from prefdata.models.reward import RewardModelScorer
 
     if not pairs:
         return None
-    scorer = RewardModelScorer(model_dir)
+    scorer = RewardModelScorer(model_dir, rendering=None)  # the text is rendered already
     prompts = [p["prompt"] for p in pairs]
     chosen, rejected = scorer(prompts, [p["chosen"] for p in pairs]), scorer(prompts, [p["rejected"] for p in pairs])
     return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
@@ -69,6 +76,7 @@ def run(cfg: RMTrainConfig, data: TrainingData, output_dir: Path, log: Callable[
     from prefdata.models.loading import load_reward_model, load_tokenizer
 
     timer = Timer()
+    data = as_rendered(cfg, data, "rm")  # rendered by `train` already; a direct call renders it the same way
     set_seed(cfg.seed)  # the new score head is drawn here, before the trainer seeds anything: same seed, same model
     tokenizer = load_tokenizer(cfg.base_model)
     if tokenizer.pad_token is None:
