@@ -392,3 +392,17 @@ def test_a_reward_model_is_scored_in_the_rendering_its_card_records(tiny_llama, 
     as_given = RewardModelScorer(result.model_dir, rendering=None)
     assert recorded(prompts, replies) == as_given([p for p, _ in texts], [c for _, c in texts])
     assert recorded(prompts, replies) != as_given(prompts, replies)
+
+
+def test_grpo_rm_reward_scores_the_original_prompt_through_the_shared_scorer(tiny_reward_model):
+    """GRPO's rm:DIR reward is the scorer the checks and PPO use, on the original prompts (raw_prompt),
+    not TRL's own path over the policy's rendered text."""
+    from prefdata.models.reward import RewardModelScorer
+    from prefdata.trainers.rewards import rm_reward
+
+    originals, completions = ["1+1=", "2+2="], ["0002", "0005"]
+    rendered = [f"user: {p}\nassistant: " for p in originals]
+    reward = rm_reward(str(tiny_reward_model))
+    got = reward(rendered, completions, raw_prompt=originals)
+    assert got == RewardModelScorer(tiny_reward_model)(originals, completions)
+    assert got != RewardModelScorer(tiny_reward_model)(rendered, completions)

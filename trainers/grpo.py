@@ -31,7 +31,7 @@ from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
 from prefdata.trainers.rendering import as_rendered, prompts_to_render
 from prefdata.trainers.rewards import (
-    DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, RAW_PROMPT, check_reward_models, rule_reward,
+    DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, RAW_PROMPT, check_reward_models, rm_reward, rule_reward,
 )
 from prefdata.trainers.run import Timer, train_and_measure
 
@@ -65,7 +65,7 @@ def reward_funcs(specs: list[str]) -> list:
         elif kind == "rm":
             if not Path(target).exists():
                 raise UnusableInput(f"rewards: reward model {target} not found; train one with `prefdata train rm`")
-            out.append(target)  # TRL loads a sequence-classification model from a path
+            out.append(rm_reward(target))
         else:
             raise UnusableInput(f"rewards: {spec!r} must start with rule: or rm:")
     return out
@@ -76,8 +76,8 @@ def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callabl
     from prefdata.models.loading import load_causal_lm, load_tokenizer
 
     timer = Timer()
-    funcs = reward_funcs(cfg.rewards)
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
+    funcs = reward_funcs(cfg.rewards)
     data = as_rendered(cfg, data, "grpo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)
     log(f"grpo: before {before}")

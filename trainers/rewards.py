@@ -38,6 +38,24 @@ def rule_reward(spec: str) -> Callable:
     return reward
 
 
+def rm_reward(path: str) -> Callable:
+    """A TRL reward function from a reward-model folder, scored by prefdata.models.reward's
+    RewardModelScorer (the one scorer of the checks, the rm trainer and PPO): each original prompt
+    (`raw_prompt`) and completion rendered as the model's card records it was trained. TRL's own
+    path for a model folder would score the policy's rendered text without the special tokens and
+    the eos the reward model was trained with."""
+    from prefdata.models.reward import RewardModelScorer
+
+    scorer = RewardModelScorer(path)
+
+    def reward(prompts, completions, completion_ids=None, **kwargs):
+        originals = kwargs.get(RAW_PROMPT) or prompts
+        return scorer(list(originals), list(completions))
+
+    reward.__name__ = f"rm_{Path(path).name}"
+    return reward
+
+
 DEFAULT_MIN_RM_ACCURACY = 0.6  # seed pitfall 3: a reward model should rank > 0.6 of held-out pairs right
 MIN_RM_ACCURACY_HELP = ("Refuse an rm:DIR reward whose card (DIR/prefdata_train.json, written by `prefdata train rm`) "
                         "records a held-out pairwise accuracy below this, or records none; null turns the gate off "

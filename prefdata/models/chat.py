@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CHAT_MODES = ("auto", "true", "false")
@@ -48,7 +48,7 @@ class Rendering:
     chat: bool
     template_sha256: str | None = None
     system: str | None = None
-    why: str = ""  # how `chat` was decided (for messages; not part of what is recorded)
+    why: str = field(default="", compare=False)  # how `chat` was decided: for messages, not part of its identity
 
     def record(self) -> dict[str, Any]:
         return {"chat": self.chat, "template_sha256": self.template_sha256, "system": self.system}
