@@ -80,7 +80,7 @@ def main() -> None:
     rng = random.Random(0)
     prompts = [f"{rng.randint(0, 99)}{rng.choice('+-*')}{rng.randint(0, 99)}=" for _ in range(args.prompts)]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    sampler = TransformersSampler(path, batch_size=args.batch_size)
+    sampler = TransformersSampler(path, batch_size=args.batch_size, chat="false")  # the naive loop feeds plain text too
     model, tokenizer = sampler.model, sampler.tokenizer
     total = args.prompts * args.n
 
