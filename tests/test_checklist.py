@@ -370,7 +370,7 @@ README_THRESHOLDS = [  # (README's words in the check's row of the table, check,
     (">= 0.2 x the pairs", "sft_subset", "min_ratio", 0.2),
     (">= 40 characters of text", "annotation_guidelines", "min_chars", 40),
     ("near duplicates at Jaccard 0.8", "near_duplicates", "threshold", 0.8),
-    ("(default 1024, TRL's)", "template_fit", "max_length", 1024),
+    ("(default 256, prefdata's dpo/rm/sft `max_length`)", "template_fit", "max_length", 256),
 ]
 
 

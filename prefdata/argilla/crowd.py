@@ -13,17 +13,19 @@ the collect flow waits for the votes.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from prefdata.argilla.client import add_user
 
 
 class SimulatedCrowd:
     def __init__(self, url: str, owner_key: str, dataset: str, annotators: Sequence, workspace: str = "prefdata",
-                 poll_s: float = 0.5):
+                 poll_s: float = 0.5, verifier: Callable | None = None):
         import secrets
 
         self.url, self.owner_key, self.dataset, self.poll_s = url.rstrip("/"), owner_key, dataset, poll_s
+        # what tells the annotators the truth: (prompt, response) -> bool | score; None: their own default
+        self.verifier_kwargs = {"verifier": verifier} if verifier is not None else {}
         self.annotators = list(annotators)
         # One Argilla user per simulated annotator; add_user returns the existing user's key on a rerun.
         self.keys = {a.name: add_user(url=url, api_key=owner_key, username=a.name, password=secrets.token_urlsafe(16),
@@ -63,7 +65,8 @@ class SimulatedCrowd:
                 for annotator in self.annotators:
                     if (record["id"], annotator.name) in self._done:
                         continue
-                    vote = annotator.vote(pair_id, fields["prompt"], fields["response_a"], fields["response_b"])
+                    vote = annotator.vote(pair_id, fields["prompt"], fields["response_a"], fields["response_b"],
+                                          **self.verifier_kwargs)
                     response = httpx.post(f"{self.url}/api/v1/records/{record['id']}/responses", timeout=60,
                                           headers={"X-Argilla-Api-Key": self.keys[annotator.name]},
                                           json={"values": {"preference": {"value": vote}}, "status": "submitted"})

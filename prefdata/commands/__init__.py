@@ -3,6 +3,7 @@
     cli       the typer app: import, check, filter, publish, train, versions, the model tools
     collect   `prefdata collect` (over the collect flow)
     demo      `prefdata demo`: the whole loop on the embedded world
+    demo_chat `prefdata demo --world chat`: the loop on a real chat model (SmolLM2-135M-Instruct)
     argilla   `prefdata argilla ...`: the local server, users, push and pull
     serve     `prefdata serve` and `prefdata run`: prefect.yaml's deployments
     console   the terminal every command writes to

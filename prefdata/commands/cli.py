@@ -531,10 +531,20 @@ def train_command(
 def demo_command(
     out: Annotated[Path, typer.Option(help="Folder for summary.json, the store, reports and the trained model.")] = Path(".prefdata/demo"),
     config: Annotated[Optional[Path], typer.Option(help="Demo config YAML (prompts, candidates, method, training overrides...).")] = None,
+    world: Annotated[str, typer.Option(help="toy: the embedded arithmetic world (tiny models, minutes); chat: the same loop on a real chat model, SmolLM2-135M-Instruct, on format constraints (`make demo-chat` installs it).")] = "toy",
 ) -> int:
     """The whole pipeline on the embedded demo world: sample, judge, route, check, publish, train, evaluate."""
     from prefdata.commands.demo import load_demo_config, run_demo
 
+    if world == "chat":
+        from prefdata.commands.demo_chat import ChatDemoConfig, run_chat_demo
+
+        out = Path(".prefdata/demo-chat") if out == Path(".prefdata/demo") else out  # the toy's results stay
+        run_chat_demo(out, load_demo_config(config, ChatDemoConfig), say=terminal().print)
+        terminal().print(f"summary: {out / 'summary.json'}")
+        return 0
+    if world != "toy":
+        raise UnusableInput(f"--world {world!r}: choose toy (the arithmetic world) or chat (SmolLM2-135M-Instruct)")
     run_demo(out, load_demo_config(config), say=terminal().print)
     terminal().print(f"summary: {out / 'summary.json'}")
     return 0

@@ -56,16 +56,17 @@ class DemoConfig:
                                                             "runs; off: simulated annotators answer the queue directly."})
 
 
-def load_demo_config(path: Path | None) -> DemoConfig:
+def load_demo_config(path: Path | None, kind: type = DemoConfig):
+    """A demo's config (DemoConfig, or the chat demo's) from YAML; none: the defaults."""
     import yaml
 
     from prefdata.base.errors import UnusableInput
 
     if path is None:
-        return DemoConfig()
+        return kind()
     try:
         values = yaml.safe_load(Path(path).read_text()) or {}
-        return DemoConfig(**values)
+        return kind(**values)
     except (OSError, yaml.YAMLError, TypeError) as exc:
         raise UnusableInput(f"demo config {path}: {exc}") from None
 

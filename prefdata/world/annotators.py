@@ -31,7 +31,8 @@ def _uniform(*parts: object) -> float:
 
 def correct_vote(prompt: str, response_a: str, response_b: str, verifier: Verifier = verify) -> str:
     a_ok, b_ok = verifier(prompt, response_a), verifier(prompt, response_b)
-    return "tie" if a_ok == b_ok else ("a" if a_ok else "b")
+    # bool (passes or not) or float (a graded score): the higher side is right, equal ones tie
+    return "tie" if a_ok == b_ok else ("a" if a_ok > b_ok else "b")
 
 
 @dataclass(frozen=True)

