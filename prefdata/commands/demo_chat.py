@@ -50,7 +50,7 @@ class ChatDemoConfig:
     heldout: int | None = field(default=150, metadata={"help": "Held-out prompts evaluated (of 450; null: all)."})
     facts: int | None = field(default=None, metadata={"help": "General-skill questions evaluated (of 168; null: all)."})
     annotators: int = field(default=3, metadata={"help": "Simulated annotators voting on each pair sent to humans."})
-    annotator_accuracy: float = field(default=0.9, metadata={"help": "How often a simulated annotator is right."})
+    annotator_accuracy: float = field(default=0.92, metadata={"help": "How often a simulated annotator is right."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
