@@ -13,7 +13,6 @@ import dataclasses
 import inspect
 from pathlib import Path
 
-import pytest
 from pydantic import BaseModel
 from typer.main import get_command
 
