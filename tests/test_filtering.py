@@ -113,3 +113,22 @@ def test_filter_drops_every_copy_of_a_pair_a_row_check_flags(store_root, tmp_pat
         (11, "check:length_ratio"), (12, "check:length_ratio"), (13, "check:length_ratio"),
         (24, "check:exact_duplicates")]
     assert "r10" not in store.load(child.ref)["id"].to_list()
+
+
+def test_a_filtered_version_keeps_the_rendering_its_prompts_were_sampled_with(store_root):
+    """`train` compares a version's recorded rendering with its base model's (prefdata.models.chat): a
+    child written by filter must carry its parent's, or filtering would drop that protection."""
+    import polars as pl
+
+    from prefdata.data.store import tables_for
+
+    store = Store()
+    rendering = {"chat": True, "template_sha256": "ab" * 32, "system": "Be brief."}
+    pairs = pl.DataFrame({"id": ["a", "b", "c"], "prompt": ["p1", "p1", "p2"], "chosen": ["x", "x", "y"],
+                          "rejected": ["z", "z", "w"]})
+    parent = store.create("sampled", tables_for(pairs), counts={"read": 3, "kept": 3, "quarantined": 0},
+                          lineage={"parent": None, "sources": [], "flow_run": None, "components": {},
+                                   "rendering": rendering})
+    child, counts = filter_version(store, parent.ref, ("exact_duplicates",))
+    assert counts["quarantined"] == 1 and child.ref != parent.ref
+    assert child.manifest["lineage"]["rendering"] == rendering

@@ -93,6 +93,8 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
         "flow_run": None,
         "components": {**parent.manifest["lineage"].get("components", {}), "filter": {"drop": list(drop)}},
     }
+    if "rendering" in parent.manifest["lineage"]:  # how its prompts were sampled: train compares it with its base model's
+        lineage["rendering"] = parent.manifest["lineage"]["rendering"]
     own_votes = inputs.votes
     if votes is not None:
         import hashlib
