@@ -157,17 +157,13 @@ def test_a_reply_scores_by_whole_words_in_any_case():
     assert accuracy([france, sums], ["Paris", "four"]) == 0.5
 
 
-def test_annotators_prefer_the_reply_that_follows_then_the_one_on_topic():
-    """The chat demo's simulated annotators (chat_world.annotator_score through world.correct_vote, which
-    now orders graded scores): following the constraint first, then talking about the topic, else a tie."""
+def test_simulated_annotators_order_graded_scores():
+    """world.correct_vote takes a verifier's bool or a graded score: the higher side is right, equal
+    sides tie (the chat demo's annotators go by verify, a bool)."""
     from prefdata.world.annotators import correct_vote
-    from prefdata.world.chat_world import annotator_score
 
     prompt = "Describe the sea. Write your whole answer in lowercase letters only."
-    follows_on_topic, follows_off_topic = "the sea is wide and blue.", "it is wide and blue."
-    breaks_on_topic, breaks_off_topic = "The sea is wide.", "It is wide."
-    assert annotator_score(prompt, follows_on_topic) == 3.0 and annotator_score(prompt, breaks_off_topic) == 0.0
-    assert correct_vote(prompt, follows_off_topic, breaks_on_topic, annotator_score) == "a"   # following wins
-    assert correct_vote(prompt, breaks_off_topic, breaks_on_topic, annotator_score) == "b"    # then the topic
-    assert correct_vote(prompt, follows_on_topic, "the seas are deep.", annotator_score) == "tie"
-    assert correct_vote(prompt, "the sea.", "It is.", lambda p, c: c.islower()) == "a"  # a bool verifier as before
+    assert correct_vote(prompt, "the sea.", "The sea.", verify) == "a"
+    assert correct_vote(prompt, "The sea.", "It Is.", verify) == "tie"
+    words = lambda p, c: float(len(c.split()))  # noqa: E731 - a graded verifier
+    assert correct_vote(prompt, "one", "one two", words) == "b" and correct_vote(prompt, "a b", "c d", words) == "tie"

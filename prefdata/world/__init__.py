@@ -17,8 +17,7 @@ The chat demo's data (for SmolLM2-135M-Instruct, not the tiny models): instructi
 constraints (IFEval's checkers from if-verifiable where they overlap), the train and held-out prompts
 that carry them (disjoint topics, shipped in chat_data/) and `verify(prompt, completion)`, which
 recovers the constraint from the prompt; facts.py holds the general-skill questions and their scorer;
-chat_world.py finds and converts the model, scores it (held-out following, general skill) and tells
-the chat demo's simulated annotators the truth (`annotator_score`).
+chat_world.py finds and converts the model and scores it (held-out following, general skill).
 
 Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.
 

@@ -68,26 +68,3 @@ def evaluate(model_dir: str | Path, heldout: int | None = None, facts: int | Non
     follow = sum(verify(p, a) for p, a in zip(prompts, answers)) / max(len(prompts), 1)
     general = accuracy(questions, replies(model_dir, [q["question"] for q in questions], FACT_TOKENS, batch_size))
     return {"follow": follow, "general": general}
-
-
-def _topic_word(prompt: str) -> str | None:
-    """The head noun of the prompt's topic ("the sea" -> "sea"), or None for a prompt of no topic."""
-    import re
-
-    from prefdata.world.instructions import TOPICS
-
-    found = [t for t in TOPICS if re.search(rf"(?<!\w){re.escape(t)}(?!\w)", prompt, re.IGNORECASE)]
-    return max(found, key=len).split()[-1] if found else None
-
-
-def annotator_score(prompt: str, completion: str) -> float:
-    """What the simulated annotators of the chat demo go by (chat_guidelines.md): a reply that follows
-    the prompt's constraint beats one that does not (2 points); between two that both follow, or both
-    do not, the one that talks about the prompt's topic wins (1 point); equal scores are a tie."""
-    import re
-
-    from prefdata.world.instructions import verify
-
-    word = _topic_word(prompt)
-    on_topic = bool(word) and re.search(rf"(?<!\w){re.escape(word)}(e?s)?(?!\w)", completion, re.IGNORECASE) is not None
-    return 2.0 * verify(prompt, completion) + float(on_topic)
