@@ -101,16 +101,18 @@ def _local_argilla(mode: str):
 
 
 @contextmanager
-def _humans(config: DemoConfig, out_dir: Path, say: Callable[[str], None]):
-    """Who answers the human queue: simulated annotators, through the real Argilla API when it is up."""
+def _humans(config, out_dir: Path, say: Callable[[str], None], truth: str | None = None):
+    """Who answers the human queue: simulated annotators, through the real Argilla API when it is up.
+    `truth`: the 'module:function' verifier the annotators go by (None: the demo world's)."""
     from prefdata.flows.params import Argilla, Humans, SimulatedAnnotators
     from prefdata.world import annotator_pool
 
     queue_dir = str(out_dir / "queues")
     server = _local_argilla(config.argilla)
     if server is None:
-        yield Humans(queue_dir=queue_dir, simulated=SimulatedAnnotators(k=config.annotators,
-                                                                        accuracy=config.annotator_accuracy)), "simulated"
+        told = {"verifier": truth} if truth else {}
+        yield Humans(queue_dir=queue_dir, simulated=SimulatedAnnotators(k=config.annotators, accuracy=config.annotator_accuracy,
+                                                                        **told)), "simulated"
         return
     from prefdata.argilla.crowd import SimulatedCrowd
 
@@ -118,7 +120,9 @@ def _humans(config: DemoConfig, out_dir: Path, say: Callable[[str], None]):
     say(f"      Argilla is up at {server.url}: the human share goes to dataset {dataset!r}")
     os.environ["ARGILLA_API_KEY"] = server.api_key  # read by the flow's Argilla tasks; never logged
     pool = annotator_pool(config.annotators, config.annotator_accuracy)
-    with SimulatedCrowd(server.url, server.api_key, dataset, pool):
+    from prefdata.collect.collection import import_target
+
+    with SimulatedCrowd(server.url, server.api_key, dataset, pool, verifier=import_target(truth) if truth else None):
         yield Humans(queue_dir=queue_dir, argilla=Argilla(url=server.url, dataset=dataset, overlap=config.annotators,
                                                           wait_s=600, poll_s=1.0)), f"argilla {server.url}"
 

@@ -28,12 +28,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prefdata.commands.demo import Stages, _iaa, _pairs_in, _publish_stage, _quiet, _quiet_libraries, audit_summary, \
+from prefdata.commands.demo import Stages, _humans, _iaa, _pairs_in, _publish_stage, _quiet, _quiet_libraries, audit_summary, \
     label_sources
 
 WORLD_DIR = Path(__file__).parents[1] / "world"
@@ -122,33 +121,6 @@ def _prompts_file(config: ChatDemoConfig, out_dir: Path) -> Path:
     return path
 
 
-@contextmanager
-def _humans(config: ChatDemoConfig, out_dir: Path, say: Callable[[str], None]):
-    """Simulated annotators told the truth by ANNOTATOR_TRUTH, through Argilla when it is up."""
-    from prefdata.commands.demo import _local_argilla
-    from prefdata.flows.params import Argilla, Humans, SimulatedAnnotators
-    from prefdata.collect.collection import import_target
-    from prefdata.world import annotator_pool
-
-    queue_dir = str(out_dir / "queues")
-    server = _local_argilla(config.argilla)
-    if server is None:
-        yield Humans(queue_dir=queue_dir, simulated=SimulatedAnnotators(
-            k=config.annotators, accuracy=config.annotator_accuracy, verifier=ANNOTATOR_TRUTH)), "simulated"
-        return
-    import os
-
-    from prefdata.argilla.crowd import SimulatedCrowd
-
-    dataset = f"{config.name}-review"
-    say(f"      Argilla is up at {server.url}: the human share goes to dataset {dataset!r}")
-    os.environ["ARGILLA_API_KEY"] = server.api_key  # read by the flow's Argilla tasks; never logged
-    pool = annotator_pool(config.annotators, config.annotator_accuracy)
-    with SimulatedCrowd(server.url, server.api_key, dataset, pool, verifier=import_target(ANNOTATOR_TRUTH)):
-        yield Humans(queue_dir=queue_dir, argilla=Argilla(url=server.url, dataset=dataset, overlap=config.annotators,
-                                                          wait_s=600, poll_s=1.0)), f"argilla {server.url}"
-
-
 def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
              say: Callable[[str], None]) -> tuple[dict, str]:
     from prefdata.base.progress import display
@@ -160,7 +132,7 @@ def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
     with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates through the chat "
                                  f"template; the constraint verifier decides, the rest to {config.annotators} "
                                  f"simulated annotators"):
-        with _humans(config, out_dir, say) as (humans, via):
+        with _humans(config, out_dir, say, truth=ANNOTATOR_TRUTH) as (humans, via):
             shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
             with followed(shown, display(shown)):
                 collected = collect(
