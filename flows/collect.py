@@ -215,18 +215,32 @@ def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, 
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
     logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
 
+    items = [{k: c[k] for k in ("prompt", "response_a", "response_b", "pair_id")} for c in comparisons]
+    verdicts: dict[str, object] = {}
+    stages = []
+    for step, stage in enumerate(judge.cascade()):  # each judge sees what the ones before it left undecided
+        left = [i for i in items if i["pair_id"] not in verdicts or verdicts[i["pair_id"]].undecided]
+        given = judge_pairs(left, stage, options, "judge" if step == 0 else "then-judge")
+        # a later judge's verdict replaces an undecided one only when it decides: a pair no judge decides
+        # reaches the humans with the first judge's reason (e.g. both_fail), not the last one's failure
+        verdicts.update((v.pair_id, v) for v in given if step == 0 or not v.undecided)
+        stages.append({"judge": stage.identity(), "pairs": len(left), "decided": sum(not v.undecided for v in given),
+                       "unparseable": sum(v.reason == "unparseable" for v in given)})
+    first = sampled[0] if sampled else {"rendering": None, "api": None}
+    return {"candidates": groups, "comparisons": comparisons, "verdicts": [verdicts[i["pair_id"]] for i in items],
+            "judges": stages, "rendering": first["rendering"], "api": first["api"]}
+
+
+def judge_pairs(items: list[dict], judge: Judge, options: dict, task_name: str) -> list:
+    """One judge's verdicts on `items`, in chunks (the cascade's later judges run as "then-judge")."""
     judger = judge_chunk.with_options(**options, retries=len(judge.retry_delays_s),
                                       retry_delay_seconds=judge.retry_delays_s)
     runtime = {k: getattr(judge, k) for k in ("base_url", "requests_in_flight", "timeout_s", "max_retries",
                                               "api_key_env", "limit_name", "slot_timeout_s")}
-    items = [{k: c[k] for k in ("prompt", "response_a", "response_b", "pair_id")} for c in comparisons]
     chunks = collection.chunks(items, judge.chunk_size)
-    futures = [judger.with_options(task_run_name=chunk_name("judge", i, len(chunks)))
+    futures = [judger.with_options(task_run_name=chunk_name(task_name, i, len(chunks)))
                .submit(chunk, judge.identity(), runtime) for i, chunk in enumerate(chunks, 1)]
-    verdicts = [v for f in futures for v in f.result()]
-    first = sampled[0] if sampled else {"rendering": None, "api": None}
-    return {"candidates": groups, "comparisons": comparisons, "verdicts": verdicts, "rendering": first["rendering"],
-            "api": first["api"]}
+    return [v for f in futures for v in f.result()]
 
 
 # -- the human share -------------------------------------------------------------------------------
@@ -297,8 +311,13 @@ def argilla_votes(queue: list[dict], spec, guidelines: str | None) -> list[dict]
 
 # The flow's stages as `prefdata collect` shows them while it runs (flows/progress.py), by task name.
 STAGES = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",), "chunks"),
-          Stage("judge", ("judge",), "chunks"), Stage("humans", ("simulate-votes", "argilla-push", "argilla-pull")),
+          Stage("judge", ("judge",), "chunks"), Stage("then judge", ("then-judge",), "chunks"), Stage("humans", ("simulate-votes", "argilla-push", "argilla-pull")),
           Stage("write draft", ("write-draft",))]
+
+
+def shown_stages(argilla: bool, cascade: bool) -> list[Stage]:
+    """The stages a run has: Argilla's push and pull only with Argilla, a second judge only in a cascade."""
+    return [s for s in STAGES if (s.label != "humans" or argilla) and (s.label != "then judge" or cascade)]
 
 
 @task(name="load-prompts")
@@ -354,7 +373,8 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     check_name(name)
     guideline_text = read_text(Path(guidelines)) if guidelines else None
     prompt_list = load_prompts(prompts)
-    set_judge_limit(judge.limit_name, judge.limit)
+    for stage in judge.cascade():
+        set_judge_limit(stage.limit_name, stage.limit)
     out = sample_and_judge.with_options(task_runner=task_runner(engine))(prompt_list, policy, judge, engine)
     comparisons, verdicts = out["comparisons"], out["verdicts"]
 
@@ -381,6 +401,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         "judge": {k: getattr(report, k) for k in ("n", "decided", "undecided", "consistent", "inconsistent",
                                                   "unparseable", "errors", "first_position_rate")},
         "routes": route_counts(routed), "queued": len(queue), "votes": len(votes),
+        "judges": out["judges"],  # the cascade: pairs each judge saw and decided
     }
     lineage = {
         "parent": parent,  # the version this one follows (e.g. the previous round, whose model sampled it)
@@ -389,7 +410,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         "flow_run": {"flow": "collect", "id": str(flow_run.id), "name": flow_run.name},
         # how prompts became the policy's input (prefdata.models.chat): the trainers render with it
         "rendering": out["rendering"],
-        "components": {"sampler": sampler_lineage([c for g in groups for c in g]), "judge": judge.identity(),
+        "components": {"sampler": sampler_lineage([c for g in groups for c in g]), "judge": judge.lineage(),
                        "routing": routing.model_dump(), "humans": humans.model_dump(exclude={"queue_dir"})},
     }
     if out["api"]:  # a served policy: the API its prompts went through

@@ -119,6 +119,10 @@ class Judge(_Params):
     retry_delays_s: list[float] = Field([10.0, 60.0, 300.0], description="A judging task whose pairs could not all be "
                                         "judged (server down after the per-request retries) is retried after these "
                                         "delays; it is never cached with missing verdicts.")
+    then: "Judge | None" = Field(None, description="A judge for the pairs this one leaves undecided (a verifier "
+                                                 "first, then an LLM judge for the pairs where both or neither "
+                                                 "reply passes); what the last judge leaves goes to humans. A spec "
+                                                 "string or a mapping, as `judge` itself.")
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +155,14 @@ class Judge(_Params):
         and concurrency are not in it: the same model and template behind another address is the same judge."""
         keep = {"verifier": ("verifier",), "llm": ("model", "template", "max_tokens"), "reward_model": ("model",)}
         return {"kind": self.kind, **{k: getattr(self, k) for k in keep[self.kind]}}
+
+    def cascade(self) -> list["Judge"]:
+        """This judge and the ones after it (`then`), in the order they see the undecided pairs."""
+        return [self, *(self.then.cascade() if self.then else [])]
+
+    def lineage(self) -> dict:
+        """identity(), with the judges after it under "then" (the draft's lineage)."""
+        return {**self.identity(), **({"then": self.then.lineage()} if self.then else {})}
 
 
 class Routing(_Params):

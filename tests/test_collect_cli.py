@@ -163,6 +163,7 @@ def test_live_bars_draw_each_stage_on_a_terminal():
     ({"--judge": "rm:/no/such/folder"}, "is not a reward-model folder"),
     ({"--judge": "llm:/no/such/model"}, "/no/such/model is no model folder or .gguf file"),
     ({"--judge-template": "world-judge-v2"}, "--judge-template is for llm judges"),
+    ({"--then-judge": "llm:/no/such/model"}, "--then-judge 'llm:/no/such/model': /no/such/model is no model folder"),
     ({"--policy": "http://127.0.0.1:8000/v1"}, "needs --model"),
     ({"--policy": "/no/such/model"}, "not a model folder"),
     ({"--humans": "crowd"}, "--humans 'crowd'"),
@@ -215,6 +216,34 @@ def test_a_local_judge_runs_in_process_and_a_weak_one_says_so(prefect_api, tiny_
     assert "use a verifier (rule:module:function) or a larger served model" in out.lower()
     judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
     assert judge == {"kind": "llm", "model": str(tiny_llama.resolve()), "template": "pairwise-v1", "max_tokens": 4}
+
+
+def test_a_second_judge_gets_only_what_the_first_leaves(prefect_api, tiny_llama, tmp_path, rule_module, capsys):
+    """--then-judge: the rule decides the pairs whose checksums differ, the LLM judge (in process, its
+    max tokens from the command line) gets the rest, and the lineage names both in order."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"Say {w}.\n" for w in ("hi", "yes", "no", "red", "blue", "sky", "tea", "one")))
+    args = [*collect_args(tmp_path, prompts, tiny_llama, rule_module, "cascade"), "--candidates", "4",
+            "--then-judge", f"llm:{tiny_llama}", "--judge-max-tokens", "4"]
+    code, out, err = cli(capsys, *args)
+    assert code == 0, out + err
+    run = json.loads((tmp_path / "run.json").read_text())
+    rule, llm = run["judges"]
+    assert rule["pairs"] == run["comparisons"] and 0 < llm["pairs"] == rule["pairs"] - rule["decided"]
+    assert run["judge"]["decided"] == rule["decided"] + llm["decided"]
+    rows = Store(str(tmp_path / "store")).load(run["version"], "comparisons").to_dicts()
+    from collect_rules import checksum
+
+    # equal checksums (the rule's ties), and only those, went on to the LLM judge; what it left undecided
+    # keeps the rule's verdict
+    tied = [r for r in rows if checksum("", r["response_a"]) == checksum("", r["response_b"])]
+    assert len(tied) == llm["pairs"]
+    by_llm = [r for r in rows if r["judge_model"] == str(tiny_llama.resolve())]
+    assert len(by_llm) == llm["decided"] and all(r in tied for r in by_llm)
+    assert all(r["judge_reason"] == "equal_scores" for r in tied if r not in by_llm)
+    assert f"llm judge 2 decided {llm['decided']} of the {llm['pairs']} it saw" in out
+    judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
+    assert judge["kind"] == "verifier" and judge["then"]["kind"] == "llm" and judge["then"]["max_tokens"] == 4
 
 
 def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, capsys, monkeypatch):

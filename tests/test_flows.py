@@ -301,6 +301,40 @@ def test_judging_goes_through_the_global_concurrency_limit(prefect_api, world, t
         assert state.is_failed() and server.requests == []
 
 
+def first_in_order_wins(body: dict, index: int) -> Reply:
+    """A judge that prefers the answer that sorts first as text (the world's answers are four digits of
+    one width): known verdicts, consistent in both orders, unlike the verifier's."""
+    _, a, b = presented(body)
+    return Reply(content="[[tie]]" if a == b else ("[[A]]" if a < b else "[[B]]"))
+
+
+def test_a_judge_cascade_sends_only_the_undecided_pairs_on(prefect_api, world, tmp_path):
+    with ScriptedServer(first_in_order_wins) as server:
+        judge = Judge(kind="verifier", verifier="prefdata.world:verify", then=llm_judge(server.base_url))
+        result = run_collect(tmp_path, judge=judge)
+        asked = [presented(r.body) for r in server.requests]
+    first, then = result["judges"]
+    assert first["pairs"] == result["comparisons"] and then["pairs"] == first["pairs"] - first["decided"] > 0
+    # The LLM saw only pairs where both answers are right or both wrong: the verifier's undecided ones
+    # (each pair twice, both orders).
+    assert len(asked) == 2 * then["pairs"] and all(verify(q, a) == verify(q, b) for q, a, b in asked)
+    store = Store(str(tmp_path / "store"))
+    rows = store.load(result["version"], "comparisons").to_dicts()
+    by_verifier = [r for r in rows if r["judge_model"] == "rule:prefdata.world:verify"]
+    by_llm = [r for r in rows if r["judge_model"] == "scripted-judge"]
+    assert len(by_llm) == then["decided"] > 0 and len(by_verifier) == len(rows) - len(by_llm)
+    assert all(verify(r["prompt"], r["response_a"]) != verify(r["prompt"], r["response_b"])
+               for r in by_verifier if r["judge_label"] is not None)
+    # what neither judge decided keeps the verifier's reason on its way to humans
+    assert {r["judge_reason"] for r in by_verifier if r["judge_label"] is None} <= {"both_pass", "both_fail"}
+    decided = [r for r in by_llm if r["judge_label"] in ("a", "b")]
+    assert decided and all((r["response_a"] < r["response_b"]) == (r["judge_label"] == "a") for r in decided)
+    assert result["judge"]["n"] == result["comparisons"] and result["judge"]["decided"] == first["decided"] + then["decided"]
+    lineage = store.get(result["version"]).manifest["lineage"]["components"]["judge"]
+    assert lineage["kind"] == "verifier" and lineage["then"] == {"kind": "llm", "model": "scripted-judge",
+                                                                   "template": "pairwise-v1", "max_tokens": 512}
+
+
 # -- Argilla -------------------------------------------------------------------------------------
 
 

@@ -25,12 +25,12 @@ WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's pr
 WEAK_JUDGE_SHARE = 0.2
 
 
-def judge_params(spec: str) -> dict[str, Any]:
+def judge_params(spec: str, option: str = "--judge") -> dict[str, Any]:
     """A judge spec (prefdata.base.specs) -> the collect flow's Judge fields, checked as far as can be
-    before anything is sampled; UnusableInput (one line) for a bad spec."""
+    before anything is sampled; UnusableInput (one line, naming `option`) for a bad spec."""
     from prefdata.base.specs import parse_spec
 
-    parsed = parse_spec(spec, JUDGE_KINDS, "--judge")
+    parsed = parse_spec(spec, JUDGE_KINDS, option)
     if parsed.kind == "llm":
         from prefdata.collect.judging import Template
         from prefdata.flows.params import Judge
@@ -42,12 +42,12 @@ def judge_params(spec: str) -> dict[str, Any]:
             return {"kind": "llm", "model": parsed.target, "base_url": parsed.base_url, "template": template}
         path = Path(parsed.target)
         if not (path.is_dir() or (is_gguf(path) and path.is_file())):
-            raise UnusableInput(f"--judge {spec!r}: {path} is no model folder or .gguf file; a served judge is "
+            raise UnusableInput(f"{option} {spec!r}: {path} is no model folder or .gguf file; a served judge is "
                                 "llm:MODEL@http://HOST:PORT/v1")
         return {"kind": "llm", "model": str(path.resolve()), "base_url": None, "template": template}
     if parsed.kind == "rm":
         if not Path(parsed.target).is_dir():
-            raise UnusableInput(f"--judge {spec!r}: {parsed.target} is not a reward-model folder")
+            raise UnusableInput(f"{option} {spec!r}: {parsed.target} is not a reward-model folder")
         return {"kind": "reward_model", "model": str(Path(parsed.target).resolve())}
     from prefdata.collect.collection import import_target
 
@@ -106,6 +106,9 @@ def collect_command(
     judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
                                             "rm:PATH, rule:module:function, or world (the demo world's verifier).")],
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
+    then_judge: Annotated[Optional[str], typer.Option(help="A second judge, same syntax, for the pairs --judge leaves "
+                                                           "undecided (e.g. --judge rule:module:function --then-judge "
+                                                           "llm:PATH); what it leaves goes to humans.")] = None,
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
                                              "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
     aggregate: Annotated[str, typer.Option(help="How human votes become a label: majority (more than half) or "
@@ -163,15 +166,19 @@ def collect_command(
                             "column, or world")
     judge_fields, policy_fields = judge_params(judge), policy_params(policy, model)
     check_chat(policy, policy_fields, chat, system_prompt)
-    if judge_fields["kind"] == "llm":
+    cascade = [judge_fields, *([judge_params(then_judge, "--then-judge")] if then_judge else [])]
+    llm_judges = [fields for fields in cascade if fields["kind"] == "llm"]
+    if judge_template is not None and not llm_judges:
+        raise UnusableInput(f"--judge-template is for llm judges; --judge {judge} has no template")
+    for fields in llm_judges:  # the llm options apply to whichever judge of the cascade is an LLM
         if judge_template is not None:
             from prefdata.collect.judging import Template
 
             Template.load(judge_template)
-            judge_fields["template"] = judge_template
-        judge_fields.update(max_tokens=judge_max_tokens, timeout_s=judge_timeout)
-    elif judge_template is not None:
-        raise UnusableInput(f"--judge-template is for llm judges; --judge {judge} has no template")
+            fields["template"] = judge_template
+        fields.update(max_tokens=judge_max_tokens, timeout_s=judge_timeout)
+    if then_judge:
+        judge_fields["then"] = cascade[1]
     # as the demo does: Prefect's ephemeral server may need more than 20 s on two busy cores, and its
     # per-task INFO lines would bury the stage lines below
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -195,7 +202,7 @@ def collect_command(
     except ValidationError as exc:
         error = exc.errors()[0]
         raise UnusableInput(f"{'.'.join(map(str, error['loc'])) or 'collect'}: {error['msg']}") from None
-    from prefdata.flows.collect import STAGES, collect
+    from prefdata.flows.collect import collect, shown_stages
     from prefdata.flows.progress import followed
     from prefdata.base.progress import display
     from transformers.utils import logging as hf_logging
@@ -210,7 +217,7 @@ def collect_command(
     say("sample + judge: running (finished chunks come from the cache)...")
     # Each stage's progress on stderr while the flow runs, read from its task runs in Prefect's API;
     # --humans queue only writes a file (no task, nothing to follow).
-    stages = [s for s in STAGES if s.label != "humans" or humans == "argilla"]
+    stages = shown_stages(humans == "argilla", cascade=bool(then_judge))
     from prefdata.flows.server import temporary_api
 
     with temporary_api(), followed(stages, display(stages)):
@@ -218,11 +225,14 @@ def collect_command(
     verdicts = result["judge"]
     say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
     say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")
-    say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}")
-    if judge_fields["kind"] == "llm" and verdicts["n"] and verdicts["decided"] < WEAK_JUDGE_SHARE * verdicts["n"]:
-        say(f"judge: a weak judge here ({verdicts['unparseable']} pairs got replies naming no response as the "
-            "template asks): a small model answers the question instead of judging; the undecided pairs go to "
-            "humans. Use a verifier (rule:module:function) or a larger served model")
+    say(f"judge: {verdicts['decided']} decided, {verdicts['undecided']} undecided of {verdicts['n']}"
+        + "".join(f"; {s['judge']['kind']} judge {i} decided {s['decided']} of the {s['pairs']} it saw"
+                  for i, s in enumerate(result["judges"], 1) if len(result["judges"]) > 1))
+    for stage in result["judges"]:
+        if stage["judge"]["kind"] == "llm" and stage["pairs"] and stage["decided"] < WEAK_JUDGE_SHARE * stage["pairs"]:
+            say(f"judge: a weak judge here ({stage['unparseable']} pairs got replies naming no response as the "
+                "template asks): a small model answers the question instead of judging; the undecided pairs go "
+                "to humans. Use a verifier (rule:module:function) or a larger served model")
     say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
     say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
     say(f"draft: {result['version']}")

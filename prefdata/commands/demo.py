@@ -260,7 +260,7 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
     """The collect flow from `policy` with the world's LLM judge behind `transformers serve`; returns
     its result and who answered the human queue."""
     from prefdata.flows.collect import collect
-    from prefdata.flows.collect import STAGES
+    from prefdata.flows.collect import shown_stages
     from prefdata.flows.params import WORLD_MAX_NEW_TOKENS, Engine, Judge, Policy, Routing
     from prefdata.flows.progress import followed
     from prefdata.collect.local_serve import TransformersServe
@@ -276,7 +276,7 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
             judge = Judge(kind="llm", base_url=server.base_url, model=str(world.judge.resolve()),
                           template=JUDGE_TEMPLATE_NAME, requests_in_flight=config.judge_concurrency, timeout_s=120)
             # the stage runs about a minute: its chunks' progress on stderr, as `prefdata collect` shows it
-            shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
+            shown = shown_stages(via.startswith("argilla"), cascade=False)
             with followed(shown, display(shown)):
                 collected = collect(name=config.name, prompts=prompts,
                                     policy=Policy(model=policy, candidates=config.candidates,
