@@ -114,6 +114,19 @@ def _in_process_judge(identity: dict):
         return _IN_PROCESS[key]
 
 
+def release_models() -> None:
+    """Drop the models this process keeps for sampling and judging in process (kept between chunks and
+    runs, since loading one per chunk would cost more than its work): a command that trains next gets
+    their memory back (the chat demo: about 0.6 GB, SmolLM2 in fp32 and its caches)."""
+    import gc
+
+    _local_sampler.cache_clear()
+    _reward_model.cache_clear()
+    with _IN_PROCESS_LOCK:
+        _IN_PROCESS.clear()
+    gc.collect()
+
+
 def make_judge(identity: dict, runtime: dict):
     from prefdata.collect.judging import PairwiseLLMJudge, RuleJudge
 

@@ -335,6 +335,16 @@ def test_a_judge_cascade_sends_only_the_undecided_pairs_on(prefect_api, world, t
                                                                    "template": "pairwise-v1", "max_tokens": 512}
 
 
+def test_release_models_lets_go_of_the_sampler(prefect_api, world, tmp_path):
+    """The chat demo frees the sampling model before it trains (its peak memory is the trainer's)."""
+    from prefdata.flows.collect import _local_sampler, release_models
+
+    run_collect(tmp_path)
+    assert _local_sampler.cache_info().currsize >= 1
+    release_models()
+    assert _local_sampler.cache_info().currsize == 0
+
+
 # -- Argilla -------------------------------------------------------------------------------------
 
 

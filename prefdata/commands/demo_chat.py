@@ -6,14 +6,20 @@
               model, greedy, through its chat template
     collect   train prompts x candidates sampled through the chat template;    flows.collect
               the constraint verifier decides the pairs where exactly one
-              reply follows; the pairs where both or neither do go to humans:
-              simulated annotators (chat_guidelines.md: the constraint alone,
-              so such a pair is mostly a tie), through the real Argilla API
-              when `prefdata argilla up` runs
+              reply follows; the pairs where both or neither do go on (with
+              llm_judge, to the model itself as an LLM judge first: the
+              flow's judge cascade) to humans: simulated annotators
+              (chat_guidelines.md: the constraint alone, so such a pair is
+              mostly a tie), through the real Argilla API when `prefdata
+              argilla up` runs
     publish   filter, the checklist (chat_checklist.yaml states its waivers),   flows.gate.publish
               a validated version
-    train     DPO with LoRA from it, SFT mixing on; and the control, the same   flows.train
-              run without mixing: the alignment tax the mixing removes
+    replay    the base model's greedy replies to the same train prompts         prefdata.world.chat_world
+              without their constraints: general SFT data (SmolLM2's own SFT
+              data is not shipped)
+    train     DPO with LoRA from it, SFT mixing on (the chosen replies and     flows.train
+              the replay); and the control, the same run without mixing: the
+              alignment tax the mixing removes
     evaluate  following and general skill of both models, greedy               prefdata.world.chat_world
 
 summary.json has the toy demo's keys (task_accuracy_* is constraint following, general_accuracy_* the
@@ -47,14 +53,19 @@ ANNOTATOR_TRUTH = VERIFIER
 @dataclass
 class ChatDemoConfig:
     name: str = field(default="demo-chat", metadata={"help": "Dataset name in the store."})
-    prompts: int = field(default=192, metadata={"help": "Train prompts sampled (of 1,320 shipped; never a held-out topic)."})
+    prompts: int = field(default=80, metadata={"help": "Train prompts sampled (of 1,320 shipped; never a held-out topic)."})
     candidates: int = field(default=4, metadata={"help": "Candidates per prompt; every distinct pair is compared."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the candidates."})
     max_new_tokens: int = field(default=48, metadata={"help": "Longest candidate, in tokens."})
-    heldout: int | None = field(default=150, metadata={"help": "Held-out prompts evaluated (of 450; null: all)."})
+    heldout: int | None = field(default=120, metadata={"help": "Held-out prompts evaluated (of 450; null: all)."})
     facts: int | None = field(default=None, metadata={"help": "General-skill questions evaluated (of 168; null: all)."})
     annotators: int = field(default=3, metadata={"help": "Simulated annotators voting on each pair sent to humans."})
     annotator_accuracy: float = field(default=0.92, metadata={"help": "How often a simulated annotator is right."})
+    llm_judge: bool = field(default=False, metadata={"help": "Put the base model, as an in-process LLM judge (both orders), "
+                                                            "between the verifier and the humans. Off by default: "
+                                                            "on 32 both-or-neither pairs the 135M model decided none "
+                                                            "(it writes the template's headings, not a verdict) at 1.4 s "
+                                                            "a pair, about 9 minutes more here (bench/RESULTS.md)."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -65,11 +76,25 @@ class ChatDemoConfig:
                                                             "off: simulated annotators answer the queue directly."})
 
 
-# DPO on the real model, as measured in bench/RESULTS.md ("The chat demo"): 40 steps of 4 pairs at lr
-# 1e-3 took held-out following 0.188 -> 0.406 on the verifier-decided pairs (13 s a step, 5.7 GB).
-TRAINING = {"max_steps": 40, "per_device_train_batch_size": 4, "learning_rate": 1e-3, "beta": 0.1,
-            "length_max_new_tokens": 0, "report_to": "none", "max_length": 256}
+# DPO on the real model, as measured in bench/RESULTS.md ("The chat demo"): 32 steps of 4 pairs at lr
+# 1.5e-3, one SFT example a step (sft_ratio 0.25) from the chosen replies and the replay, took
+# held-out following 0.233 -> 0.447 with general skill 0.470 -> 0.446 (9.4 s a step in bf16).
+TRAINING = {"max_steps": 32, "per_device_train_batch_size": 4, "learning_rate": 1.5e-3, "beta": 0.1,
+            "sft_ratio": 0.25, "length_max_new_tokens": 0, "report_to": "none", "max_length": 256}
 NO_MIXING = {"sft_ratio": 0.0}
+
+
+def training_defaults() -> dict:
+    """TRAINING, in bf16 autocast where the CPU computes bf16 natively (AVX512-BF16 or AMX): 9.4 s a
+    step against 11.8 in fp32, measured here; elsewhere bf16 would be emulated, slower than fp32. On
+    a GPU the trainers' own default decides."""
+    import torch
+
+    if torch.cuda.is_available():
+        return dict(TRAINING)
+    return {**TRAINING, "bf16": bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}
+SAMPLING_CHUNK = 16  # prompts per generate call (x candidates = 64 sequences): faster than 8 on two cores
+LLM_JUDGE_TOKENS = 8  # "[[A]]" and a little room: a judge that writes more has not followed the template
 
 
 def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
@@ -83,7 +108,7 @@ def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     store = str(out_dir / "store")
     started = time.perf_counter()
-    stages = Stages(6 + config.control, say)
+    stages = Stages(7 + config.control, say)
     with stages.stage("model", "SmolLM2-135M-Instruct: the GGUF file as a model folder (converted once, cached)"):
         model = str(smollm2())
         say(f"      {model}")
@@ -94,8 +119,9 @@ def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
     with temporary_api():
         collected, via = _collect(config, model, out_dir, stages, say)
         published = _publish_stage(collected["version"], config, out_dir, store, "", stages, say)
-        trained = _train(published["dataset"], config, model, out_dir / "model", {}, stages, "train",
-                         "dpo with LoRA, SFT mixing on")
+        general = _replay_stage(config, model, out_dir, stages, say)
+        trained = _train(published["dataset"], config, model, out_dir / "model", {"general_sft": str(general)}, stages,
+                         "train", "dpo with LoRA, SFT mixing on (the chosen replies and the replay)")
         control = _train(published["dataset"], config, model, out_dir / "control", NO_MIXING, stages, "control",
                          "the control: the same dpo run without SFT mixing") if config.control else None
     with stages.stage("evaluate", "held-out constraint following and general skill after training, greedy"):
@@ -121,28 +147,50 @@ def _prompts_file(config: ChatDemoConfig, out_dir: Path) -> Path:
     return path
 
 
+def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
+                  say: Callable[[str], None]) -> Path:
+    """The general SFT data the mixing run mixes in: the base model's replies to the sampled train
+    prompts without their constraints (chat_world.replay)."""
+    from prefdata.trainers.data import write_sft_file
+    from prefdata.world.chat_world import replay
+
+    prompts = [json.loads(line)["prompt"] for line in (out_dir / "prompts.jsonl").read_text().splitlines()]
+    with stages.stage("replay", f"general SFT data: the base model's replies to the {len(prompts)} train prompts "
+                                "without their constraints"):
+        examples = replay(model, prompts)
+        say(f"      {len(examples)} examples -> {out_dir / 'general_sft.jsonl'}")
+    return write_sft_file(out_dir / "general_sft.jsonl", examples)
+
+
 def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
              say: Callable[[str], None]) -> tuple[dict, str]:
     from prefdata.base.progress import display
-    from prefdata.flows.collect import STAGES, collect
+    from prefdata.flows.collect import collect, release_models, shown_stages
     from prefdata.flows.params import Engine, Judge, Policy, Prompts, Routing
     from prefdata.flows.progress import followed
 
     prompts = Prompts(source=str(_prompts_file(config, out_dir)))
+    # the verifier decides what it can; with llm_judge the model itself judges the rest; humans get the remainder
+    judge = Judge(kind="verifier", verifier=VERIFIER,
+                  then=Judge(kind="llm", model=model, max_tokens=LLM_JUDGE_TOKENS) if config.llm_judge else None)
     with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates through the chat "
                                  f"template; the constraint verifier decides, the rest to {config.annotators} "
                                  f"simulated annotators"):
         with _humans(config, out_dir, say, truth=ANNOTATOR_TRUTH) as (humans, via):
-            shown = [s for s in STAGES if s.label != "humans" or via.startswith("argilla")]
+            shown = shown_stages(via.startswith("argilla"), cascade=judge.then is not None)
             with followed(shown, display(shown)):
                 collected = collect(
                     name=config.name, prompts=prompts,
                     policy=Policy(model=model, candidates=config.candidates, temperature=config.temperature,
-                                  max_new_tokens=config.max_new_tokens, seed=config.seed, chat="auto"),
-                    judge=Judge(kind="verifier", verifier=VERIFIER), routing=Routing(audit_share=config.audit_share),
+                                  max_new_tokens=config.max_new_tokens, seed=config.seed, chat="auto",
+                                  chunk_size=SAMPLING_CHUNK),
+                    judge=judge, routing=Routing(audit_share=config.audit_share),
                     humans=humans, engine=Engine(cache_dir=str(out_dir / "cache")), guidelines=config.guidelines,
                     store=str(out_dir / "store"))
-        say(f"      {collected['comparisons']} comparisons, verifier decided {collected['judge']['decided']}, "
+            release_models()  # the sampler's model: training needs the memory
+        decided = ", ".join(f"{'verifier' if j['judge']['kind'] == 'verifier' else 'LLM judge'} decided "
+                            f"{j['decided']} of {j['pairs']}" for j in collected["judges"])
+        say(f"      {collected['comparisons']} comparisons, {decided}, "
             f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")
     return collected, via
 
@@ -152,7 +200,7 @@ def _train(dataset: str, config: ChatDemoConfig, model: str, where: Path, extra:
     from prefdata.flows.params import Training
     from prefdata.flows.train import train
 
-    training = {**TRAINING, **config.training, **extra}
+    training = {**training_defaults(), **config.training, **extra}
     where.mkdir(parents=True, exist_ok=True)
     with stages.stage(name, f"{what}, from {dataset} (per-step log: {where / 'train.log'})"):
         with _quiet(where.parent / f"{name}-console.log"):
@@ -165,7 +213,7 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
     from prefdata.data.store import Store
 
     rows = Store(store).load(collected["version"], "comparisons").to_dicts()
-    decided = [r for r in rows if r["judge_label"] in ("a", "b")]
+    decided = [r for r in rows if r["judge_label"] in ("a", "b") and r["judge_model"] == f"rule:{VERIFIER}"]
     return {
         "follow_before": before["follow"], "follow_after": after["follow"],
         "general_before": before["general"], "general_after": after["general"],
@@ -175,7 +223,7 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
         "general_accuracy_before": before["general"], "general_accuracy_after": after["general"],
         "judge_verifier_agreement": 1.0 if decided else None,  # the verifier is the judge here
         "judge": {"model": f"rule:{VERIFIER}", "comparisons": len(rows), "decided": len(decided),
-                  "decided_share": len(decided) / len(rows) if rows else None},
+                  "decided_share": len(decided) / len(rows) if rows else None, "cascade": collected["judges"]},
         "audit": audit_summary(rows), "labels": label_sources(rows), "iaa": _iaa(store, published["dataset"]),
         "dataset_version": published["dataset"], "pairs": _pairs_in(store, published["dataset"]),
         "dataset": {"draft": collected["version"],

@@ -5,6 +5,9 @@
     smollm2()                  that file converted once into an ordinary model folder (the cache of
                                prefdata.models.loading, keyed by the file's sha256)
     replies(model, prompts)    greedy replies through the model's chat template (the one rendering)
+    replay(model_dir, prompts) the base model's own greedy replies to train prompts stripped of their
+                               constraint: general SFT data to mix in against the alignment tax
+                               (SmolLM2's own SFT data is not shipped)
     evaluate(model_dir, ...)   held-out constraint following (instructions.verify) and general skill
                                (facts.correct): an evaluator the trainers run before and after
                                (`evaluator: prefdata.world.chat_world:evaluate`)
@@ -45,7 +48,7 @@ def smollm2() -> Path:
     return Path(local_model(smollm2_gguf()))
 
 
-def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = 32) -> list[str]:
     """One greedy reply per prompt, rendered by the chat template as sampling renders it."""
     from prefdata.collect.sampling import SamplingParams, TransformersSampler
 
@@ -54,8 +57,23 @@ def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batc
     return [group[0].text for group in groups]
 
 
+def replay(model_dir: str | Path, prompts: list[str]) -> list[tuple[str, str]]:
+    """(question, reply): each train prompt without its constraint ("Describe a road."), answered
+    greedily by the model, cut after its last full sentence (a reply cut at FOLLOW_TOKENS would
+    otherwise teach stopping mid-sentence). Mixed into training, they hold the model to what it did
+    on plain questions while DPO moves it on constrained ones."""
+    import re
+
+    from prefdata.world.instructions import constraint_of
+
+    plain = [p.replace(constraint_of(p).instruction, "").strip() for p in prompts]
+    answers = replies(model_dir, plain, FOLLOW_TOKENS)
+    whole = [re.match(r"(?s)(.*[.!?])", a) for a in answers]
+    return [(q, m.group(1) if m else a) for q, a, m in zip(plain, answers, whole) if (m.group(1) if m else a).strip()]
+
+
 def evaluate(model_dir: str | Path, heldout: int | None = None, facts: int | None = None,
-             batch_size: int = 16) -> dict[str, float]:
+             batch_size: int = 32) -> dict[str, float]:
     """{"follow": share of held-out prompts whose greedy reply follows the prompt's constraint,
     "general": share of the general-skill questions answered right}, on the first `heldout` held-out
     prompts and `facts` questions (None: all of them)."""
