@@ -82,6 +82,8 @@ class ChatDemoConfig:
 TRAINING = {"max_steps": 32, "per_device_train_batch_size": 4, "learning_rate": 1.5e-3, "beta": 0.1,
             "sft_ratio": 0.25, "length_max_new_tokens": 0, "report_to": "none", "max_length": 256}
 NO_MIXING = {"sft_ratio": 0.0}
+SAMPLING_CHUNK = 16  # prompts per generate call (x candidates = 64 sequences): faster than 8 on two cores
+LLM_JUDGE_TOKENS = 8  # "[[A]]" and a little room: a judge that writes more has not followed the template
 
 
 def training_defaults() -> dict:
@@ -93,8 +95,6 @@ def training_defaults() -> dict:
     if torch.cuda.is_available():
         return dict(TRAINING)
     return {**TRAINING, "bf16": bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}
-SAMPLING_CHUNK = 16  # prompts per generate call (x candidates = 64 sequences): faster than 8 on two cores
-LLM_JUDGE_TOKENS = 8  # "[[A]]" and a little room: a judge that writes more has not followed the template
 
 
 def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
@@ -174,8 +174,9 @@ def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
     judge = Judge(kind="verifier", verifier=VERIFIER,
                   then=Judge(kind="llm", model=model, max_tokens=LLM_JUDGE_TOKENS) if config.llm_judge else None)
     with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates through the chat "
-                                 f"template; the constraint verifier decides, the rest to {config.annotators} "
-                                 f"simulated annotators"):
+                                 f"template; the constraint verifier decides, "
+                                 f"{'then the model as LLM judge, ' if config.llm_judge else ''}the rest to "
+                                 f"{config.annotators} simulated annotators"):
         with _humans(config, out_dir, say, truth=ANNOTATOR_TRUTH) as (humans, via):
             shown = shown_stages(via.startswith("argilla"), cascade=judge.then is not None)
             with followed(shown, display(shown)):
