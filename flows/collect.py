@@ -324,8 +324,8 @@ def argilla_votes(queue: list[dict], spec, guidelines: str | None) -> list[dict]
 
 # The flow's stages as `prefdata collect` shows them while it runs (flows/progress.py), by task name.
 STAGES = [Stage("load prompts", ("load-prompts",)), Stage("sample", ("sample",), "chunks"),
-          Stage("judge", ("judge",), "chunks"), Stage("then judge", ("then-judge",), "chunks"), Stage("humans", ("simulate-votes", "argilla-push", "argilla-pull")),
-          Stage("write draft", ("write-draft",))]
+          Stage("judge", ("judge",), "chunks"), Stage("then judge", ("then-judge",), "chunks"),
+          Stage("humans", ("simulate-votes", "argilla-push", "argilla-pull")), Stage("write draft", ("write-draft",))]
 
 
 def shown_stages(argilla: bool, cascade: bool) -> list[Stage]:
