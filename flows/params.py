@@ -40,6 +40,18 @@ class Prompts(_Params):
         return data
 
 
+def chat_as_word(data: Any) -> Any:
+    """A model's `chat` given as a bool (`chat: true` in YAML) or on/off/yes/no reads as its word."""
+    if isinstance(data, dict) and "chat" in data and data["chat"] is not None:
+        from prefdata.models.chat import chat_mode
+
+        try:
+            return {**data, "chat": chat_mode(data["chat"])}
+        except ValueError:
+            return data  # the field's own error names the choices
+    return data
+
+
 class Policy(_Params):
     model: str = Field(WORLD, description='"world" (the demo world\'s SFT model), a local checkpoint folder, or the '
                                           "model name a server knows (with base_url).")
@@ -73,15 +85,7 @@ class Policy(_Params):
     @model_validator(mode="before")
     @classmethod
     def _chat(cls, data: Any) -> Any:
-        """chat given as a bool (`chat: true` in YAML) or on/off/yes/no reads as its word."""
-        if isinstance(data, dict) and "chat" in data and data["chat"] is not None:
-            from prefdata.models.chat import chat_mode
-
-            try:
-                return {**data, "chat": chat_mode(data["chat"])}
-            except ValueError:
-                return data  # the field's own error names the choices
-        return data
+        return chat_as_word(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -257,6 +261,16 @@ class Training(_Params):
     base_model: str | None = Field(None, description='The model to train; "world" for the demo world\'s SFT model; '
                                                      "None: the trainer's default.")
     output_dir: str | None = Field(None, description="Where the model goes; None: the trainer's default.")
+    chat: Literal["auto", "true", "false"] | None = Field(
+        None, description="Render prompts through the base model's chat template: auto, true or false; None: the "
+                          "config's (auto unless it says otherwise).")
+    system_prompt: str | None = Field(None, description="A system prompt put before every prompt; None: the config's, "
+                                                        "else the one the version records.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chat(cls, data: Any) -> Any:
+        return chat_as_word(data)
 
 
 class TrainTrigger(Training):

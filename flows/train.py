@@ -22,7 +22,8 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
     from prefdata.world.build import model_or_world
 
     result = run_trainer(training.method, ref, training.config, store=store, output_dir=training.output_dir,
-                         base_model=model_or_world(training.base_model), log=logger.info)
+                         base_model=model_or_world(training.base_model), chat=training.chat,
+                         system_prompt=training.system_prompt, log=logger.info)
     return {"model_dir": str(result.model_dir), "metrics": dict(result.metrics), "card": str(result.card)}
 
 

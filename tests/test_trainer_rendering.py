@@ -247,6 +247,33 @@ def test_train_refuses_a_version_sampled_through_another_rendering(tiny_llama, p
     assert "was sampled as chat template sha256:abababababab" in (result.model_dir / "train.log").read_text()
 
 
+def test_train_takes_chat_and_system_prompt_from_the_command_line(tiny_llama, tmp_path):
+    """`train --chat/--system-prompt` replace the config's: --chat true on a version sampled as plain
+    text is refused as the config's chat: true is (without it, auto follows the version and trains), a
+    word that is no choice is one line (exit 2), and --system-prompt wins over the config's."""
+    from prefdata.trainers import train
+
+    store = tmp_path / "store"
+    plain = make_version(store, "plain", {"chat": False, "template_sha256": None, "system": None})
+    env = {**os.environ, "PREFDATA_STORE": str(store)}
+    command = [sys.executable, "-m", "prefdata", "train", "dpo", plain, "--base-model", str(tiny_llama),
+               "--output-dir", str(tmp_path / "refused")]
+    for extra, code, needle in ((["--chat", "true"], 1, "was rendered as plain text"),
+                                (["--chat", "maybe"], 2, "--chat 'maybe': choose auto, true or false")):
+        out = subprocess.run(command + extra, capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == code, out.stderr[-2000:]
+        assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
+    assert not (tmp_path / "refused").exists()
+
+    terse = make_version(store, "terse", {**expected_rendering(tiny_llama).record(), "system": "You are terse."})
+    config = {**QUIET, "system_prompt": SYSTEM}  # alone, refused: the version was sampled with another
+    with pytest.raises(GateFailed, match="system prompt 'You are terse.'"):
+        train("sft", terse, config, store=str(store), base_model=tiny_llama, output_dir=tmp_path / "x")
+    result = train("sft", terse, config, store=str(store), base_model=tiny_llama, output_dir=tmp_path / "terse",
+                   system_prompt="You are terse.")
+    assert json.loads((result.model_dir / "prefdata_train.json").read_text())["rendering"]["system"] == "You are terse."
+
+
 def test_chat_auto_follows_the_version_and_the_card_records_the_rendering(tiny_llama, tmp_path):
     """A version recorded as plain text trains as plain text on a base with a chat template (chat:
     auto follows the version); one that records nothing gets the base's own (auto: the template)."""

@@ -101,8 +101,11 @@ def load(method: str) -> Plugin:
 
 def train(method: str, dataset: str, config: str | Path | dict | None = None, *, store: str | None = None,
           output_dir: str | Path | None = None, base_model: str | Path | None = None,
+          chat: str | None = None, system_prompt: str | None = None,
           log: Callable[[str], None] | None = None, verbose: bool = False):
     """Train `method` from the validated version `dataset` ("NAME@VERSION"); returns a TrainResult.
+
+    `base_model`, `chat` and `system_prompt`, when given, replace the config's (None: the config's).
 
     `log` gets the stage lines; the per-step metrics go to OUTPUT_DIR/train.log (and the card), and to
     `log` as well only when `verbose`."""
@@ -121,8 +124,9 @@ def train(method: str, dataset: str, config: str | Path | dict | None = None, *,
     if method not in targets():
         load(method)  # the one line naming the known methods
     values = dict(config) if isinstance(config, dict) else load_config_file(config)
-    if base_model is not None:
-        values["base_model"] = str(base_model)
+    for field, given in (("base_model", base_model), ("chat", chat), ("system_prompt", system_prompt)):
+        if given is not None:
+            values[field] = str(given)
     if not values.get("base_model"):
         raise UnusableInput(f"{method}: no base model: set base_model in the config or pass --base-model")
     # What the config names is checked before the method's libraries load (TRL and torch take seconds

@@ -341,12 +341,7 @@ def check(
         prewarm()  # GX's import (seconds of Python) overlaps reading and importing DATA
     if max_length is not None:
         checklist["checks"].setdefault("template_fit", {})["max_length"] = max_length
-    try:
-        from prefdata.models.chat import chat_mode
-
-        chat = chat_mode(chat)
-    except ValueError as exc:
-        raise UnusableInput(f"--chat: {exc}") from None
+    chat = chat_option(chat)
     loaded_tokenizer = None
     if tokenizer is not None:
         from prefdata.checks.template_fit import load_tokenizer
@@ -374,6 +369,16 @@ def check(
     for kind, path in outcome.reports.items():
         terminal().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
+
+
+def chat_option(value: str) -> str:
+    """--chat as its word (auto, true, false; on/off and yes/no too), or the one line saying what it takes."""
+    from prefdata.models.chat import chat_mode
+
+    try:
+        return chat_mode(value)
+    except ValueError:
+        raise UnusableInput(f"--chat {value!r}: choose auto, true or false") from None
 
 
 def _check_rendering(tokenizer, chat: str, system_prompt: str | None, lineage: dict | None):
@@ -485,6 +490,8 @@ def train_command(
     config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
     base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder, .gguf file, hub name, or world (the demo world's SFT model) (default: the config's).")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
+    chat: Annotated[Optional[str], typer.Option(help="Render prompts through the base model's chat template: auto, true or false (default: the config's chat, auto unless it says otherwise).")] = None,
+    system_prompt: Annotated[Optional[str], typer.Option(help="A system prompt put before every prompt (default: the config's, else the one the version records).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
     show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
     store: StoreOpt = None,
@@ -503,14 +510,15 @@ def train_command(
         raise UnusableInput(f"train: which version? `prefdata train {method} NAME@VERSION` (a validated version); "
                             f"`prefdata train {method} --show-config` lists the config without one")
     writable_dir(output_dir, "--output-dir")
+    chat = chat_option(chat) if chat is not None else None
     console = terminal()
     verbose = verbose or _state["verbose"]  # `prefdata -v train ...` too
     if base_model == "world":  # as the train flow takes it (prefdata.world.model_or_world)
         from prefdata.world.build import model_or_world
 
         base_model = model_or_world(base_model)
-    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, log=console.print,
-                   verbose=verbose)
+    result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, chat=chat,
+                   system_prompt=system_prompt, log=console.print, verbose=verbose)
     if verbose:
         console.print(json.dumps({k: v for k, v in result.metrics.items() if k != "log"}, indent=2, default=str))
     else:  # the headline figures, one line each; every figure is on the card
