@@ -1,0 +1,78 @@
+"""JSON Lines read a block at a time (prefdata.data.ndjson): a block after the first is parsed with
+the columns polars inferred before it, and whatever that declaration cannot hold (a column that
+appears later, a key written only as null, a value of another type) gives the same import as the
+row-by-row reference. Small blocks put every such change at a block's edge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_import_columnar import ODD_LINES, assert_same_import, faulty_rows
+
+from prefdata.data import ndjson
+from prefdata.data.importer import import_file, import_rows
+
+BLOCKS = (64, 700, 1 << 20)  # a line or two a block, several lines a block, the whole file
+
+
+def write_lines(path, rows: list) -> None:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+
+
+def same_in_blocks(path, **options) -> None:
+    for block in BLOCKS:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ndjson, "BLOCK_BYTES", block)
+            assert_same_import(path, small_batches=(3,), **options)
+
+
+def pair(i: int, **extra) -> dict:
+    return {"prompt": f"question {i}", "chosen": f"good {i}", "rejected": f"bad {i}", **extra}
+
+
+def test_columns_that_change_from_block_to_block(tmp_path):
+    rows = [pair(i, category="news", score_chosen=7) for i in range(8)]       # integer scores, text categories
+    rows += [pair(i, category=5, score_chosen=7.5) for i in range(8, 12)]     # a number as category; a fraction
+    rows += [pair(12, category=None, split="test"), pair(13, score_rejected=None)]  # keys first seen later
+    rows += [pair(14, category=3, prompt=""), pair(15, score_chosen=8, prompt="")]  # quarantined: raw as written
+    rows += [pair(16, source="web", model_a=None), pair(17, rejected_model=4)]
+    path = tmp_path / "changing.jsonl"
+    write_lines(path, rows)
+    same_in_blocks(path)
+    raw = {q["row"]: q["raw"] for q in import_rows(path).quarantine}
+    assert raw[15]["category"] == 3 and raw[16]["score_chosen"] == 8  # what the columnar path must show too
+
+
+def test_faulty_and_odd_lines_in_small_blocks(tmp_path):
+    path = tmp_path / "faults.jsonl"
+    write_lines(path, faulty_rows())
+    same_in_blocks(path, max_text_bytes=2048)
+    lines = []
+    for i, odd in enumerate(ODD_LINES):
+        lines += [odd, json.dumps(pair(i, split="train"))]
+    odd_path = tmp_path / "odd.jsonl"
+    write_lines(odd_path, lines)
+    same_in_blocks(odd_path, max_text_bytes=256)
+    assert "duplicate_key" in import_file(odd_path, max_text_bytes=256).reasons
+
+
+def test_a_declared_column_the_block_leaves_out_is_not_a_column(tmp_path):
+    """A column the block before had and this block never writes is absent, as inference leaves it;
+    one this block writes only as null is there with no type."""
+    rows = [pair(i, category="a") for i in range(6)] + [pair(i) for i in range(6, 30)]
+    rows += [pair(30, category=None)]
+    path = tmp_path / "absent.jsonl"
+    write_lines(path, rows)
+    inferred = []  # the blocks polars had to infer the columns of: the first, and the last (a new key)
+    learn = ndjson._Declared.learn
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ndjson, "BLOCK_BYTES", 400)
+        patch.setattr(ndjson._Declared, "learn", lambda self, frame: inferred.append(frame.height) or learn(self, frame))
+        frames = [frame for frame, _ in ndjson.batches(path, 1, 1 << 20, ("prompt", "chosen", "rejected"), ())]
+    assert len(inferred) == 1  # the others were read with the columns declared (category null: one of them)
+    columns = [set(f.columns) - {"__row"} for f in frames]
+    assert columns[0] == {"prompt", "chosen", "rejected", "category"}
+    assert columns[24] == {"prompt", "chosen", "rejected"}  # a block of lines 20-29 or so
+    assert "category" in columns[30] and frames[30]["category"].dtype == ndjson.pl.Null
+    same_in_blocks(path)
