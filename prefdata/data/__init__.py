@@ -7,8 +7,9 @@
     votes       several annotators' votes -> a label (majority, Dawid-Skene)
     rows        the per-row checks and quarantine entry both import paths share
     importer    `import_to_store`: the one path from a file to a draft version (row by row)
-    columnar    the same import as whole columns, for Parquet and JSON Lines
+    columnar    the same import as whole columns, for Parquet, JSON Lines, CSV and TSV
     ndjson      JSON Lines a block of lines at a time for it: polars parses, the row reader takes odd lines
+    delimited   CSV and TSV a batch of lines at a time for it: the row reader's records as text columns
     writers     normalised rows and quarantine files
     store       immutable, content-addressed, signed versions with their lineage
 

@@ -1,5 +1,5 @@
-"""Columnar import: a Parquet or JSON Lines file (gzipped or not) in the `trl` or `hh-rlhf` format,
-checked and given ids as whole columns.
+"""Columnar import: a Parquet, JSON Lines, CSV or TSV file (the last three compressed or not) in the
+`trl` or `hh-rlhf` format, checked and given ids as whole columns.
 
 The row-by-row import (`importer.import_rows`) is the reference; this path gives the same kept
 rows, ids, quarantine reasons and row numbers (tests/test_import_columnar.py runs both on the same
@@ -8,6 +8,8 @@ files), at a small multiple of a polars read of the file. How:
 - a JSON Lines file is parsed by polars a block of lines at a time (prefdata.data.ndjson); the few
   lines polars could read differently from the row reader (a duplicate key, a number where a text
   belongs, a line that is not one JSON object...) are read by the row reader itself, in their place;
+- a CSV or TSV file is read by the row reader's own CSV reader, a batch of lines at a time
+  (prefdata.data.delimited), into text columns; the records it cannot use stay its rows;
 - every check is first a vectorised *candidate* mask that is a superset of the rows it can reject
   (missing or non-text fields, a prompt with no visible ASCII character, chosen = rejected, a text
   over --max-text-bytes, an odd split, an infinite score, a blank id);
@@ -21,8 +23,8 @@ files), at a small multiple of a polars read of the file. How:
   window expressions over the kept rows in file order, carried from batch to batch.
 
 Anything this path does not cover exactly returns None (or raises MixedIds while the batches are
-read) and the caller imports row by row: another format or container (CSV, a JSON array, a
-gzipped Parquet file), nested (list, struct) Parquet columns, bool or float optional columns (their
+read) and the caller imports row by row: another format or container (a JSON array, a
+compressed Parquet file), nested (list, struct) Parquet columns, bool or float optional columns (their
 text form is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
 """
 
@@ -57,6 +59,7 @@ BATCH_ROWS = 1_000_000
 ID_CHUNK = 100_000  # rows per slice when computing ids: bounds the normalised copies to ~250 MB
 FORMAT_ROWS = 1000  # the rows the format is told from (importer._choose_format's first 1000)
 _SPLIT = r"^[A-Za-z0-9_]+$"  # formats._SPLIT; Python's `$` also allows a final "\n", so this is stricter
+_DECIMAL = r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"  # what float() and polars read alike
 
 
 @dataclass
@@ -92,8 +95,8 @@ def _supported(schema: pl.Schema) -> str | None:
         if name not in schema or name == "prompt_messages":
             continue
         dtype = schema[name]
-        if name in SCORE_COLUMNS:  # not Decimal: formats.parse_score refuses what is not int or float
-            ok = dtype.is_integer() or dtype.is_float() or dtype == pl.Null
+        if name in SCORE_COLUMNS:  # not Decimal: formats.parse_score refuses what is not int, float or text
+            ok = dtype.is_integer() or dtype.is_float() or dtype in (pl.Null, pl.String)
         elif name == "split":
             ok = dtype in (pl.String, pl.Null)
         else:
@@ -133,9 +136,18 @@ def _candidates(schema: pl.Schema, fmt: str, id_column: str, max_text_bytes: int
     for name in SCORE_COLUMNS:
         if name in schema and schema[name].is_float():
             flags.append(pl.col(name).is_infinite())
+        elif schema.get(name) == pl.String:  # a number as text (CSV): only plain decimals, "" is missing
+            number = _text_score(name)
+            flags.append((pl.col(name) != "") & ~(pl.col(name).str.contains(_DECIMAL) & number.is_finite()).fill_null(False))
     if id_column and schema[id_column] == pl.String:
         flags.append(~pl.col(id_column).str.contains(_VISIBLE_ASCII))
     return pl.any_horizontal([f.fill_null(False) for f in flags])
+
+
+def _text_score(name: str) -> pl.Expr:
+    """A score column of text as numbers: parse_score's float() of a plain decimal (polars and Python
+    both round correctly); "" and other text null (other text is a candidate: float() decides it)."""
+    return pl.col(name).cast(pl.Float64, strict=False)
 
 
 def normalised(texts: pl.Series) -> pl.Series:
@@ -340,10 +352,13 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     turns out to need the row path after all."""
     require_regular_file(path)  # before any of the reads below
     if not _plain_parquet(path):
-        if _jsonl(path):
+        kind = _kind(path)
+        if kind == "jsonl":
             return _jsonl_batches(path, fmt, max_text_bytes, batch_rows, why)
-        return _refused(why, "only Parquet and JSON Lines files have a columnar path (not CSV, TSV, a JSON "
-                             "array or a gzipped Parquet file)")
+        if kind in ("csv", "tsv"):
+            return _csv_batches(path, "\t" if kind == "tsv" else ",", fmt, max_text_bytes, batch_rows, why)
+        return _refused(why, "only Parquet, JSON Lines, CSV and TSV files have a columnar path (not a JSON "
+                             "array or a compressed Parquet file)")
     try:
         schema = pl.read_parquet_schema(path)
         head = pl.read_parquet(path, n_rows=1)
@@ -375,13 +390,64 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     return ColumnarBatches(fmt, rows, len(starts), batches())
 
 
-def _jsonl(path: Path) -> bool:
+def _kind(path: Path) -> str | None:
+    """readers.file_kind of a file that is not plain Parquet; None when the row path must say what
+    is wrong with it."""
     try:
         with _open_data(path) as handle:
             head = handle.read(64 + len(BOM)).removeprefix(BOM)
-        return file_kind(path, head) == "jsonl"
+        return file_kind(path, head)
     except (OSError, EOFError, zlib.error, UnusableInput):
-        return False  # the row path says what is wrong with it
+        return None
+
+
+def _first_rows(path: Path, fmt: str, max_line_bytes: int, why: list[str] | None) -> tuple[str | None, list[RawRow]]:
+    """The format, as the row path chooses it from the first rows (None when this path leaves the
+    file to the row path, `why` told), and those rows."""
+    head = list(islice((r for r in read_rows(path, max_line_bytes) if r.data is not None), FORMAT_ROWS))
+    if not head:
+        return _refused(why, "no readable row among its first lines"), head
+    columns = set().union(*(r.data.keys() for r in head))
+    try:
+        fmt = check_format(path, fmt, columns, columns, head[0].data)
+    except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
+        return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format"), head
+    if fmt not in CONVERTERS_COVERED:
+        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})"), head
+    return fmt, head
+
+
+def _csv_batches(path: Path, delimiter: str, fmt: str, max_text_bytes: int, batch_rows: int,
+                 why: list[str] | None = None) -> ColumnarBatches | None:
+    """The columnar import of a CSV or TSV file (compressed or not), the records of `batch_rows`
+    lines at a time (prefdata.data.delimited: the row reader's own CSV reader, so the same records);
+    every value is text, as the row path reads it."""
+    from prefdata.data import delimited
+
+    limit = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
+    fmt, head = _first_rows(path, fmt, limit, why)
+    if fmt is None:
+        return None
+    header = list(head[0].data)  # a readable row has every column of the header
+    schema = pl.Schema({name: pl.String for name in header})
+    id_column = _supported(schema)
+    if id_column is None or any(name.startswith("__") for name in header):
+        return _refused(why, _unsupported(schema) if id_column is None else "a column named __... (this path's own)")
+    lines = delimited.count_lines(path)
+    n_batches = max(1, -(-lines // batch_rows))
+    optional = [c for c in OPTIONAL_COLUMNS if c in schema and c != "prompt_messages"]
+    # every row gives every column (as text), so several batches have the columns one batch would
+    present = optional if n_batches > 1 else None
+    earlier = _Earlier(carry=n_batches > 1)
+    opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
+
+    def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
+        for frame, rows in delimited.batches(path, delimiter, limit, batch_rows, n_batches):
+            opened.read += frame.height + len(rows)
+            yield _convert_frame(path, frame, fmt, id_column, optional, present, max_text_bytes, earlier, rows)
+
+    opened.batches = batches()
+    return opened
 
 
 def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
@@ -393,16 +459,9 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     from prefdata.data import ndjson
 
     max_line_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
-    head = list(islice((r for r in read_rows(path, max_line_bytes) if r.data is not None), FORMAT_ROWS))
-    if not head:
-        return _refused(why, "no readable row among its first lines")
-    columns = set().union(*(r.data.keys() for r in head))
-    try:
-        fmt = check_format(path, fmt, columns, columns, head[0].data)
-    except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
-        return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format")
-    if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})")
+    fmt, _ = _first_rows(path, fmt, max_line_bytes, why)
+    if fmt is None:
+        return None
     lines = ndjson.count_lines(path)
     if lines == 0:
         return _refused(why, "no rows")
@@ -426,7 +485,8 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
             if present is not None:
                 optional = sorted(set(optional) | set(present), key=OPTIONAL_COLUMNS.index)
             frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in (*TEXT, *optional) if c not in schema)
-            yield _convert_frame(path, frame, fmt, id_column, optional, present, max_text_bytes, earlier, rows)
+            yield _convert_frame(path, frame, fmt, id_column, optional, present, max_text_bytes, earlier, rows,
+                                 jsonl=True)
 
     opened.batches = batches()
     return opened
@@ -441,10 +501,12 @@ def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
 
 def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, optional: list[str],
                    present: list[str] | None, max_text_bytes: int, earlier: _Earlier,
-                   read_by_rows: list[RawRow] | None = None) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+                   read_by_rows: list[RawRow] | None = None, jsonl: bool = False
+                   ) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
     """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine.
-    `read_by_rows`, for a JSON Lines batch (None for Parquet): the rows the row reader read instead
-    (lines polars could read differently), converted as the row path converts them."""
+    `read_by_rows`: the rows the row reader read instead (JSON Lines: lines polars could read
+    differently; CSV: records it cannot use), converted as the row path converts them. `jsonl`: a
+    null in the frame is a key the line left out (unless marked written), not a value."""
     candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
     if fmt == "hh-rlhf":
         texts, refused = _split_hh(frame, candidate)
@@ -454,7 +516,6 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     convert = CONVERTERS[fmt]
     quarantine: list[dict[str, Any]] = []
     accepted: list[dict[str, Any]] = []
-    jsonl = read_by_rows is not None
     by_rows = {row.number: row.data for row in read_by_rows or ()}
     as_given = _as_written if jsonl else dict
     for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in frame.filter(candidate).to_dicts())]:
@@ -475,8 +536,8 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
         (pl.col(id_column).cast(pl.String) if id_column else pl.lit(None, pl.String)).alias("id"),
         pair_id=pair_ids, prompt_id=prompt_ids,
         **{c: texts[c] for c in TEXT},
-        **{c: pl.col(c).cast(pl.Float64).fill_nan(None) if c in SCORE_COLUMNS else pl.col(c).cast(pl.String)
-           for c in optional},
+        **{c: (_text_score(c) if frame.schema[c] == pl.String else pl.col(c).cast(pl.Float64)).fill_nan(None)
+           if c in SCORE_COLUMNS else pl.col(c).cast(pl.String) for c in optional},
     )
     del prompt_ids, pair_ids, texts
     if candidate.any():

@@ -161,9 +161,10 @@ def import_file(
     columnar: bool = True,
     aggregate: str = "majority",
 ) -> ImportResult:
-    """Import a file. Parquet in the `trl` format goes through the columnar path (prefdata.data.columnar:
-    the same rows, ids, reasons and row numbers, at a small multiple of a plain read); every other
-    file, or `columnar=False`, goes row by row, the reference the columnar path is tested against."""
+    """Import a file. Parquet, JSON Lines, CSV and TSV in the `trl` or `hh-rlhf` format go through the
+    columnar path (prefdata.data.columnar: the same rows, ids, reasons and row numbers, at a small
+    multiple of a plain read); every other file, or `columnar=False`, goes row by row, the reference
+    the columnar path is tested against (`row_by_row` says why)."""
     path = Path(src)
     why: list[str] = []
     if columnar:
@@ -315,7 +316,7 @@ def import_file_to_store(
     guidelines: str | None = None,
     batch_rows: int | None = None,
 ) -> tuple[ImportResult, Version]:
-    """`import_file`, then `import_to_store`; a Parquet file of more than one batch of rows
+    """`import_file`, then `import_to_store`; a file the columnar path takes, of more than one batch of rows
     (columnar.BATCH_ROWS) goes into the store a batch at a time, so its size is bounded by the disk,
     not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
     their text is in the version's shards. `batch_rows` (default BATCH_ROWS): rows per batch."""
@@ -372,7 +373,7 @@ def import_file_to_shards(
     aggregate: str = "majority",
     batch_rows: int | None = None,
 ) -> tuple[ImportResult, list[str]] | None:
-    """A Parquet file of more than one batch of rows, imported into temporary Parquet shards (one
+    """A file the columnar path takes, of more than one batch of rows, imported into temporary Parquet shards (one
     per batch, removed when the process exits) for a batched checklist run (checks/batched.py):
     the result (its `pairs` holds only the kept ids) and the shards' paths (the gate reads them
     with checks/shards.py's Shards).

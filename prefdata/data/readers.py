@@ -1,4 +1,4 @@
-"""Read rows from JSONL, JSON, CSV and Parquet files, gzipped or not.
+"""Read rows from JSONL, JSON, CSV and Parquet files, gzipped, zstd-compressed or not.
 
 Readers yield `RawRow`s and never raise for a bad row: a line that is not valid UTF-8 or not JSON,
 a row nested deeper than MAX_DEPTH, or an object with a key given twice becomes a RawRow with an
@@ -27,6 +27,8 @@ from typing import Any
 from prefdata.base.errors import UnusableInput
 
 GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 PARQUET_MAGIC = b"PAR1"
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which Windows tools put before the first row
 MAX_DEPTH = 100  # preference rows nest 3 levels (a message list); deeper is an attack or an accident
@@ -50,8 +52,8 @@ class RawRow:
 
 
 def file_kind(path: Path, head: bytes) -> str:
-    """The container type, from the extension (ignoring .gz) and, failing that, the first bytes."""
-    suffixes = [s.lower() for s in path.suffixes if s.lower() not in (".gz", ".gzip")]
+    """The container type, from the extension (ignoring .gz, .zst) and, failing that, the first bytes."""
+    suffixes = [s.lower() for s in path.suffixes if s.lower() not in COMPRESSED_SUFFIXES]
     ext = suffixes[-1].lstrip(".") if suffixes else ""
     if ext in ("jsonl", "ndjson"):
         return "jsonl"
@@ -68,7 +70,7 @@ def file_kind(path: Path, head: bytes) -> str:
         return "jsonl"
     raise UnusableInput(
         f"{path}: cannot tell the file type from its name or content; "
-        "use one of .jsonl, .json, .csv, .tsv, .parquet (optionally .gz)"
+        "use one of .jsonl, .json, .csv, .tsv, .parquet (optionally .gz or .zst)"
     )
 
 
@@ -93,15 +95,21 @@ def require_regular_file(path: Path) -> None:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The whole file, gunzipped when it is gzip (the formats read in one piece: JSON, CSV, Parquet)."""
+    """The whole file, decompressed (Parquet, which is read in one piece)."""
     require_regular_file(path)
     with _open_data(path) as handle:
         try:
             return handle.read()
         except (OSError, EOFError, zlib.error) as exc:
-            if isinstance(handle, gzip.GzipFile):
-                raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
-            raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+            raise _stream_error(path, handle, exc) from None
+
+
+def _stream_error(path: Path, handle: Any, exc: Exception) -> UnusableInput:
+    if isinstance(handle, gzip.GzipFile):
+        return UnusableInput(f"{path}: corrupt gzip data ({exc})")
+    if isinstance(getattr(handle, "raw", None), _Zstd):
+        return UnusableInput(f"{path}: {exc}")  # "corrupt zstd data (...)"
+    return UnusableInput(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})")
 
 
 def has_invalid_text(value: Any) -> bool:
@@ -204,8 +212,36 @@ def _object_row(number: int, value: Any, check_text: bool = True, text: str | No
     return RawRow(number, value)
 
 
+class _Zstd(io.RawIOBase):
+    """A zstd stream, decompressed as it is read (zstandard's stream reader: memory is its window,
+    not the file), whose damage is an OSError like gzip's, so every reader's `except` catches it."""
+
+    def __init__(self, handle):
+        import zstandard
+
+        self._handle, self._error = handle, zstandard.ZstdError
+        # read_across_frames: `zstd -c a b > c` and pzstd write several frames; all are the file
+        self._reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            return self._reader.readinto(buffer)
+        except self._error as exc:
+            raise OSError(f"corrupt zstd data ({exc})") from None
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+            self._handle.close()
+        super().close()
+
+
 def _open_data(path: Path):
-    """The file's bytes as a stream, gunzipped when it is gzip."""
+    """The file's bytes as a stream, decompressed as it is read when it is gzip or zstd (by their
+    magic bytes, whatever the name says)."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
@@ -214,8 +250,11 @@ def _open_data(path: Path):
         raise UnusableInput(f"{path}: is a folder, not a file") from None
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
-    if handle.peek(2)[:2] == GZIP_MAGIC:
+    head = handle.peek(4)[:4]
+    if head[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=handle, mode="rb")
+    if head == ZSTD_MAGIC:
+        return io.BufferedReader(_Zstd(handle), 1 << 20)
     return handle
 
 
@@ -245,7 +284,7 @@ def _lines(path: Path, max_line_bytes: int, block: int = 1 << 20) -> Iterator[tu
                     yield number, (bytes(line) if line is not None else None), head, size
                     line, size, head, start = bytearray(), 0, b"", end + 1
         except (OSError, EOFError, zlib.error) as exc:
-            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+            raise _stream_error(path, handle, exc) from None
     if size:
         yield number + 1, (bytes(line) if line is not None else None), head, size
 
@@ -369,26 +408,202 @@ def _json_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
         yield _object_row(number, item, text=json.dumps(item) if not isinstance(item, dict) else None)
 
 
-def _csv_rows(path: Path, raw: bytes, delimiter: str) -> Iterator[RawRow]:
-    text = raw.decode("utf-8", errors="surrogateescape")
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    try:
-        header = next(reader)
-    except StopIteration:
+class _TextLines:
+    """A UTF-8 byte stream's lines, decoded a block at a time, as io's universal newlines mode gives
+    them (ended by "\n", "\r\n" or "\r", kept): `readline(size)` returns at most `size` characters
+    and sets `cut` when more of the line follows; a "\r\n" is never cut in two. A byte that is not
+    UTF-8 becomes a lone surrogate (its row is quarantined as invalid_utf8); a BOM is dropped."""
+
+    def __init__(self, handle, block: int = 1 << 20):
+        import codecs
+
+        self.handle, self.block = handle, block
+        self.decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="surrogateescape")
+        self.buffer, self.pos, self.eof, self.cut = "", 0, False, False
+
+    def _fill(self) -> None:
+        data = self.handle.read(self.block)
+        self.eof = not data
+        self.buffer = self.buffer[self.pos:] + self.decoder.decode(data, final=self.eof)
+        self.pos = 0
+
+    def _line_end(self) -> int:
+        """Where the line from `pos` ends (after its newline), or -1 when the buffer holds no end."""
+        buffer = self.buffer
+        newline = buffer.find("\n", self.pos)  # str.find, not a regex: ~10x faster on long lines
+        cr = buffer.find("\r", self.pos, newline if newline >= 0 else len(buffer))
+        if cr < 0:
+            return newline + 1 if newline >= 0 else -1
+        if cr + 1 == len(buffer) and not self.eof:
+            return -1  # a "\r" last in the buffer: its "\n" may be in the next block
+        return cr + 2 if buffer.startswith("\n", cr + 1) else cr + 1
+
+    def readline(self, size: int) -> str:
+        while True:
+            end = self._line_end()
+            found = end >= 0
+            if not found:
+                end = len(self.buffer)
+            if found or self.eof or end - self.pos > size:
+                break
+            self._fill()
+        stop = min(end, self.pos + size)
+        if stop < end and self.buffer[stop - 1] == "\r" and stop - 1 > self.pos:
+            stop -= 1  # never between "\r" and "\n"
+        self.cut = stop < end or (not found and not self.eof)
+        line, self.pos = self.buffer[self.pos:stop], stop
+        return line
+
+
+class _RecordTooLarge(Exception):
+    """Raised by _RecordLines inside csv.reader: this line would take the record over its limit."""
+
+    def __init__(self, piece: str):
+        super().__init__()
+        self.piece = piece
+
+
+class _RecordLines:
+    """csv.reader's input: the text's lines, the lines of one record together at most `limit`
+    characters, so that neither a long line nor a quoted field over many lines is ever held whole.
+    csv.reader asks for a record's next line only while a quoted field is open: `used` (characters
+    of this record handed over so far) says whether a line starts a record or continues one."""
+
+    def __init__(self, text: _TextLines, limit: int):
+        self.text, self.limit = text, limit
+        self.lines = 0  # physical lines read, as an editor numbers them
+        self.used = 0
+        self.head = ""  # the record's first characters, for the quarantine file
+
+    def __iter__(self) -> _RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        room = self.limit - self.used
+        line = self.text.readline(max(room, 1))
+        if not line:
+            raise StopIteration
+        if self.text.cut or len(line) > room:
+            raise _RecordTooLarge(line)
+        if not self.used:
+            self.head = line[:RAW_TEXT_CHARS]
+        self.lines += 1
+        self.used += len(line)
+        return line
+
+
+_START, _FIELD, _QUOTED, _QUOTE = range(4)  # csv.reader's states: a field's start, in one, quoted, after a quote
+_SKIP_PIECE = 1 << 20
+
+
+def _record_end(piece: str, state: int, delimiter: str, stops: re.Pattern) -> int:
+    """csv.reader's state machine (excel dialect, strict=False) run over `piece`, a line or a part
+    of one, from `state`: the state at its end, or -1 when the record ends in it. A newline can only
+    end the piece (a line is read at most to its end), and find() jumps over a field's text."""
+    pos, n = 0, len(piece)
+    while pos < n:
+        if state == _QUOTED:
+            pos = piece.find('"', pos) + 1
+            if not pos:
+                return _QUOTED
+            state = _QUOTE
+            continue
+        if state == _FIELD:
+            found = stops.search(piece, pos)
+            if found is None:
+                return _FIELD
+            char, pos = found.group(), found.end()
+        else:
+            char, pos = piece[pos], pos + 1
+        if char in "\r\n":
+            return -1
+        if char == delimiter:
+            state = _START
+        elif char == '"' and state in (_START, _QUOTE):  # opens a quoted field, or a doubled quote in one
+            state = _QUOTED
+        else:
+            state = _FIELD  # after a closing quote too: strict=False reads on as an unquoted field
+    return state
+
+
+def _skip_record(lines: _RecordLines, piece: str, delimiter: str) -> int:
+    """Read past the rest of a record over the limit from `piece` (the part of a line that took it
+    over) without holding it; counts its lines; returns its size in characters."""
+    stops = re.compile(f"[{re.escape(delimiter)}\r\n]")
+    state = _QUOTED if lines.used else _START  # a record goes on to a new line only inside quotes
+    size = lines.used
+    while piece:
+        size += len(piece)
+        state = _record_end(piece, state, delimiter, stops)
+        if not lines.text.cut:
+            lines.lines += 1  # the piece ended its line
+        if state < 0:
+            break
+        piece = lines.text.readline(_SKIP_PIECE)
+    return size
+
+
+def csv_records(path: Path, delimiter: str, limit: int) -> Iterator[tuple[int, list[str]] | RawRow]:
+    """A CSV (TSV) file's header, then its records, read as a stream: (line, fields) for each
+    record (line: where it starts; the header is line 1), or a RawRow with the error of one that
+    cannot be read (over `limit` characters: row_too_large, read past without being held). Blank
+    lines are not records."""
+    csv.field_size_limit(max(csv.field_size_limit(), limit + 1))  # a field is bounded by its record
+    with _open_data(path) as handle:
+        lines = _RecordLines(_TextLines(handle), limit)
+        reader = csv.reader(lines, delimiter=delimiter)
+        try:
+            while True:
+                number = lines.lines + 1
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    return
+                except _RecordTooLarge as big:
+                    head = lines.head if lines.used else big.piece[:RAW_TEXT_CHARS]
+                    size = _skip_record(lines, big.piece, delimiter)
+                    yield RawRow(number, None, "row_too_large", f"the record is {size} characters, over the "
+                                 f"{limit} allowed (raise --max-text-bytes if it is a real row)", head + "...")
+                except csv.Error as exc:  # strict=False leaves few; the rest of its line is dropped
+                    yield RawRow(number, None, "malformed_csv_row", str(exc), lines.head)
+                else:
+                    if fields:  # a blank line is not a record
+                        yield number, fields
+                lines.used = 0
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _stream_error(path, handle, exc) from None
+
+
+def _csv_rows(path: Path, delimiter: str, limit: int) -> Iterator[RawRow]:
+    records = csv_records(path, delimiter, limit)
+    header = next(records, None)
+    if header is None:
         return
+    if isinstance(header, RawRow):
+        raise UnusableInput(f"{path}: its first line (the header) is over {limit} characters; is it a "
+                            f"{'TSV' if delimiter == chr(9) else 'CSV'} file?")
+    header = csv_header(path, header[1])
+    for record in records:
+        if isinstance(record, RawRow):
+            yield record
+            continue
+        yield csv_row(*record, header, delimiter)
+
+
+def csv_row(number: int, fields: list[str], header: list[str], delimiter: str) -> RawRow:
+    """One CSV record as a row of the header's columns, or malformed_csv_row / invalid_utf8."""
+    if len(fields) != len(header):
+        return RawRow(number, None, "malformed_csv_row", f"{len(fields)} fields, header has {len(header)}",
+                      _cut_text(delimiter.join(fields)))
+    return _object_row(number, dict(zip(header, fields)))
+
+
+def csv_header(path: Path, header: list[str]) -> list[str]:
+    """The header's column names; UnusableInput when one is given twice."""
     repeated = sorted({c for c in header if header.count(c) > 1})
     if repeated:
         raise UnusableInput(f"{path}: the header names column {repeated[0]!r} twice; give each column one name")
-    line = reader.line_num  # lines read so far: a record starts on the line after them
-    for fields in reader:
-        number, line = line + 1, reader.line_num
-        if not fields:
-            continue
-        if len(fields) != len(header):
-            yield RawRow(number, None, "malformed_csv_row", f"{len(fields)} fields, header has {len(header)}",
-                         _cut_text(delimiter.join(fields)))
-            continue
-        yield _object_row(number, dict(zip(header, fields)))
+    return header
 
 
 def parquet_problem(path: Path, exc: Exception) -> str:
@@ -471,21 +686,21 @@ def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
 
 def read_rows(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[RawRow]:
     """Every row of a data file, in order, with its number; bad rows carry an error instead of data.
-    JSONL (gzipped or not) is read a line at a time: a line over `max_row_bytes` is a `row_too_large`
-    row, never held whole."""
+    JSONL and CSV/TSV (compressed or not) are read as streams: a JSONL line over `max_row_bytes`
+    bytes, or a CSV record over that many characters, is a `row_too_large` row, never held whole."""
     path = Path(path)
     require_regular_file(path)
     with _open_data(path) as handle:
         try:
             head = handle.read(64 + len(BOM)).removeprefix(BOM)
         except (OSError, EOFError, zlib.error) as exc:
-            raise UnusableInput(f"{path}: corrupt gzip data ({exc})") from None
+            raise _stream_error(path, handle, exc) from None
     kind = file_kind(path, head)
     if kind == "jsonl":
         return _jsonl_rows(_lines(path, max_row_bytes), max_row_bytes)
+    if kind in ("csv", "tsv"):  # a record over `max_row_bytes` characters is row_too_large, never held whole
+        return _csv_rows(path, "\t" if kind == "tsv" else ",", max_row_bytes)
     raw = read_bytes(path).removeprefix(BOM)
     if kind == "json":
         return _json_rows(path, raw)
-    if kind in ("csv", "tsv"):
-        return _csv_rows(path, raw, "\t" if kind == "tsv" else ",")
     return _parquet_rows(path, raw)
