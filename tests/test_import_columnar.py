@@ -230,11 +230,23 @@ def write_jsonl(rows: list[dict], path: Path, **columns) -> Path:
     for name, values in columns.items():
         rows = [{**row, name: value} for row, value in zip(rows, values)]
     text = "".join(json.dumps(row) + "\n" for row in rows)
-    path.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
+    path.write_bytes(compressed(text.encode(), path))
     return path
 
 
-@pytest.mark.parametrize("name", ["faults.jsonl", "faults.jsonl.gz"])
+def compressed(data: bytes, path: Path) -> bytes:
+    """`data` as the name says: gzip (.gz), zstd (.zst; two frames, as `zstd -c a b` writes) or plain."""
+    if path.suffix == ".gz":
+        return gzip.compress(data, mtime=0)
+    if path.suffix == ".zst":
+        import zstandard
+
+        half = len(data) // 2
+        return b"".join(zstandard.ZstdCompressor(write_checksum=True).compress(part) for part in (data[:half], data[half:]))
+    return data
+
+
+@pytest.mark.parametrize("name", ["faults.jsonl", "faults.jsonl.gz", "faults.jsonl.zst"])
 def test_jsonl_faults_without_ids(tmp_path, name):
     rows = faulty_rows()
     path = write_jsonl(rows, tmp_path / name, category=[f"c{i % 3}" if i % 4 else None for i in range(len(rows))])
@@ -280,14 +292,14 @@ ODD_LINES = [
 ]
 
 
-@pytest.mark.parametrize("name", ["odd.jsonl", "odd.jsonl.gz"])
+@pytest.mark.parametrize("name", ["odd.jsonl", "odd.jsonl.gz", "odd.jsonl.zst"])
 def test_jsonl_lines_polars_reads_differently_go_through_the_row_reader(tmp_path, name):
     lines = []
     for i, odd in enumerate(ODD_LINES):
         lines += [odd, json.dumps({"prompt": f"q{i}", "chosen": "a", "rejected": f"b{i}", "split": "train"})]
     text = ("\ufeff" + "\n".join(lines)).encode()[:-1] + b"\xff\n" + b'{"prompt": "last", "chosen": "a", "rejected": "b"}'
     path = tmp_path / name
-    path.write_bytes(gzip.compress(text, mtime=0) if name.endswith(".gz") else text)
+    path.write_bytes(compressed(text, path))
     assert_same_import(path, max_text_bytes=256, small_batches=(7, 2, 1))
     reasons = import_file(path, max_text_bytes=256).reasons
     for reason in ("invalid_json", "not_an_object", "duplicate_key", "invalid_utf8", "row_too_large",

@@ -433,3 +433,59 @@ def test_nan_where_a_response_belongs_is_wrong_type(tmp_path):
     [entry] = result.quarantine
     assert entry["reason"] == "wrong_type:chosen" and "float nan" in entry["detail"]
 
+
+
+def _write_bomb(src, head: bytes, size: int, tail: bytes) -> None:
+    """`head`, `size` bytes of "a", `tail`: gzip or zstd by the name, written a block at a time."""
+    if src.name.endswith(".gz"):
+        opener = lambda: gzip.open(src, "wb", compresslevel=1)  # noqa: E731
+    elif src.name.endswith(".zst"):
+        import zstandard
+
+        opener = lambda: zstandard.open(src, "wb")  # noqa: E731
+    else:
+        opener = lambda: open(src, "wb")  # noqa: E731
+    with opener() as handle:
+        handle.write(head)
+        block = b"a" * (1 << 20)
+        for _ in range(size >> 20):
+            handle.write(block)
+        handle.write(tail)
+
+
+@pytest.mark.parametrize("name", ["bomb.csv.gz", "bomb.csv.zst", "long.csv"])
+def test_a_huge_csv_field_is_quarantined_without_being_held(tmp_path, name):
+    """A quoted field of 400 MB (in a few MB of gzip or zstd) or 50 MB (plain), over several lines
+    or one, between two good rows: one row_too_large record, read past in pieces."""
+    size = (50 if name == "long.csv" else 400) << 20
+    src = tmp_path / name
+    _write_bomb(src, b'prompt,chosen,rejected\n2+2?,4,5\n2+2?,"', size, b'\nmore",5\n2+2?,4,6\n')
+    done, peak = _import_with_peak(src, tmp_path / "o.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "read 3 = kept 2 + quarantined 1" in done.stdout
+    [entry] = [json.loads(line) for line in (tmp_path / "o.quarantine.jsonl").read_text().splitlines()]
+    assert entry["row"] == 3 and entry["reason"] == "row_too_large"
+    assert f"the record is {size + 15} characters" in entry["detail"]
+    assert peak < 1024, f"peak RSS {peak} MB for a {size >> 20} MB field"
+
+
+def test_a_zstd_bomb_line_is_quarantined_without_being_held(tmp_path):
+    src = tmp_path / "bomb.jsonl.zst"
+    good = json.dumps(GOOD).encode() + b"\n"
+    _write_bomb(src, good + b'{"prompt": "', 400 << 20, b'", "chosen": "4", "rejected": "5"}\n' + good)
+    done, peak = _import_with_peak(src, tmp_path / "o.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "read 3 = kept 2 + quarantined 1" in done.stdout
+    assert peak < 1024, f"peak RSS {peak} MB for a 400 MB line"
+
+
+def test_corrupt_zstd_data_is_one_clear_line(tmp_path):
+    import zstandard
+
+    data = zstandard.ZstdCompressor().compress(b"prompt,chosen,rejected\n" + b"q,a,b\n" * 100_000)
+    src = tmp_path / "cut.csv.zst"
+    src.write_bytes(data[: len(data) // 2] + b"\0" * 64 + data[len(data) // 2:])  # damaged in the middle
+    done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--out", str(tmp_path / "o.jsonl")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "corrupt zstd data" in done.stderr and str(src) in done.stderr

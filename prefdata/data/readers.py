@@ -213,28 +213,57 @@ def _object_row(number: int, value: Any, check_text: bool = True, text: str | No
 
 
 class _Zstd(io.RawIOBase):
-    """A zstd stream, decompressed as it is read (zstandard's stream reader: memory is its window,
-    not the file), whose damage is an OSError like gzip's, so every reader's `except` catches it."""
+    """A zstd stream, decompressed as it is read, a frame after another (`zstd -c a b`, pzstd).
+
+    zstandard's stream_reader ends quietly on a file cut inside a frame, so this drives a
+    decompressobj itself: a file that ends inside a frame, or bytes that are not a frame, raise an
+    OSError (as gzip's damage does, so every reader's `except` catches it). Input goes in by
+    FEED_BYTES: a zstd block of one repeated byte packs 128 KB into 4 bytes, so this bounds what one
+    call can expand to (~64 MB for a bomb), not the file."""
+
+    FEED_BYTES = 2048
 
     def __init__(self, handle):
         import zstandard
 
-        self._handle, self._error = handle, zstandard.ZstdError
-        # read_across_frames: `zstd -c a b > c` and pzstd write several frames; all are the file
-        self._reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
+        self._handle, self._zstd = handle, zstandard
+        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._begun = False  # input given to the current frame
+        self._out, self._at, self._ended = b"", 0, False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        try:
-            return self._reader.readinto(buffer)
-        except self._error as exc:
-            raise OSError(f"corrupt zstd data ({exc})") from None
+        while self._at >= len(self._out):
+            if self._ended:
+                return 0
+            self._out, self._at = self._decompress(self._handle.read(self.FEED_BYTES)), 0
+        n = min(len(buffer), len(self._out) - self._at)
+        buffer[:n] = self._out[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def _decompress(self, data: bytes) -> bytes:
+        if not data:
+            self._ended = True
+            if self._begun and not self._frame.eof:
+                raise OSError("corrupt zstd data (the file ends inside a frame: cut short?)")
+            return b""
+        out = []
+        while data:
+            if self._frame.eof:  # the frame is over: the next one starts here
+                self._frame = self._zstd.ZstdDecompressor().decompressobj()
+            self._begun = True
+            try:
+                out.append(self._frame.decompress(data))
+            except self._zstd.ZstdError as exc:
+                raise OSError(f"corrupt zstd data ({exc})") from None
+            data = self._frame.unused_data if self._frame.eof else b""
+        return b"".join(out)
 
     def close(self) -> None:
         if not self.closed:
-            self._reader.close()
             self._handle.close()
         super().close()
 
