@@ -134,9 +134,8 @@ def _physical_lines(path: Path, max_line_bytes: int) -> Iterator[_Lines | list[b
                     oversized.size += end
                     lines.append(oversized)
                     oversized, block = None, block[end + 1:]
-                buffer = carry + block
-                cut = buffer.rfind(b"\n")
-                body, carry = (buffer[:cut], buffer[cut + 1:]) if cut >= 0 else (b"", buffer)
+                cut = block.rfind(b"\n")  # the lines before it are whole; one copy makes them a run
+                body, carry = (carry + memoryview(block)[:cut], block[cut + 1:]) if cut >= 0 else (b"", carry + block)
                 run = None if lines else _plain_run(body, max_line_bytes)
                 if run is not None:
                     yield run
