@@ -321,7 +321,8 @@ def _routed(frame: Any, column: str, sources: list[_Source]) -> list[Any]:
     tagged = frame.map_partitions(_source_of, column, firsts, meta=_source_of(frame._meta, column, firsts))
     routed = tagged.set_index("s", divisions=list(range(len(sources) + 1)))
     parts = routed.to_delayed()
-    assert len(parts) == len(sources), (len(parts), len(sources))
+    if len(parts) != len(sources):
+        raise RuntimeError(f"routed to {len(parts)} partitions, expected one per source ({len(sources)})")
     return parts
 
 
@@ -680,6 +681,25 @@ def pairs_frame(inputs: CheckInputs, partition_rows: int = 250_000) -> tuple[Any
     return ddf, (scattered(inputs.eval_pairs) if inputs.eval_pairs is not None else None)
 
 
+LOCAL = r"local:(\d+)"
+ADDRESS = r"(tcp|tls|ws|wss|ucx|inproc)://[^\s/:]+(:\d+)?|[^\s/:]+:\d+"
+
+
+def check_address(spec: str) -> str:
+    """`--dask SPEC` checked before any work: local:N (N >= 1) or a scheduler's address, else one line."""
+    import re
+
+    from prefdata.base.errors import UnusableInput
+
+    local = re.fullmatch(LOCAL, spec.strip())
+    if local is None and not re.fullmatch(ADDRESS, spec.strip()):
+        raise UnusableInput(f"--dask {spec!r}: give local:N (N worker processes here) or a scheduler's address, "
+                            "tcp://HOST:8786")
+    if local is not None and int(local[1]) < 1:
+        raise UnusableInput(f"--dask {spec!r}: local:N needs at least one worker")
+    return spec.strip()
+
+
 @contextmanager
 def connect(spec: str) -> Iterator[Any]:
     """A Dask client for `--dask SPEC`: `local:N` starts a LocalCluster of N worker processes, one
@@ -692,16 +712,12 @@ def connect(spec: str) -> Iterator[Any]:
     from prefdata.base.errors import UnusableInput
 
     logging.getLogger("distributed.shuffle").setLevel(logging.ERROR)
-    local = re.fullmatch(r"local:(\d+)", spec.strip())
-    if local is None and not re.fullmatch(r"(tcp|tls|ws|wss|ucx|inproc)://[^\s/:]+(:\d+)?|[^\s/:]+:\d+", spec.strip()):
-        raise UnusableInput(f"--dask {spec!r}: give local:N (N worker processes here) or a scheduler's address, "
-                            "tcp://HOST:8786")
+    spec = check_address(spec)
+    local = re.fullmatch(LOCAL, spec)
     from distributed import Client, LocalCluster
 
     if local is not None:
         n = int(local[1])
-        if n < 1:
-            raise UnusableInput(f"--dask {spec!r}: local:N needs at least one worker")
         # the shuffle extension logs each shuffle's start and end as warnings: kept out of the report
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                           silence_logs=logging.ERROR) as cluster, \

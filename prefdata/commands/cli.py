@@ -317,6 +317,10 @@ def check(
     batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
                                                  "at a time, from temporary shards (bounds memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
+    dask: Annotated[Optional[str], typer.Option(help="Run the checks that read every row (row-local ones, exact and "
+                                                     "near duplicates, split isolation, agreement) on Dask: local:N "
+                                                     "(N worker processes here) or a scheduler's address "
+                                                     "(tcp://HOST:8786); workers must reach the data's files.")] = None,
 ) -> int:
     """Run the 12-point checklist; exit 0 when every check passes, 1 when any fails, 2 for bad input."""
     from prefdata.checks.checklist import load_config
@@ -331,6 +335,10 @@ def check(
                             "or --list-checks to list the checks")
     writable_file(json_path, "--json")
     writable_dir(report_dir, "--report-dir")
+    if dask is not None:
+        from prefdata.checks.distributed import check_address
+
+        check_address(dask)
     if scorer:
         from prefdata.gate.scoring import check_spec
 
@@ -356,7 +364,10 @@ def check(
     inputs.tokenizer = loaded_tokenizer
     if loaded_tokenizer is not None:
         inputs.rendering = _check_rendering(loaded_tokenizer, chat, system_prompt, inputs.lineage)
-    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
+    if dask is None:
+        outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
+    else:
+        outcome = _gate_on_dask(dask, inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
     _write_json(json_path, {**outcome.report, "input": info})
     # what reading the file (and --votes) left out, said here too, not only in --json; the gate
     # counts these rows (degenerate_pairs, unreadable_rows)
@@ -369,6 +380,33 @@ def check(
     for kind, path in outcome.reports.items():
         terminal().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
+
+
+def _gate_on_dask(spec: str, inputs, checklist: dict, *, strict: bool, report_dir: Path | None, title: str):
+    """run_gate (prefdata.gate.runner) with the checks that read every row run on Dask
+    (prefdata.checks.distributed.run_checklist: the same results), the cluster up only while they run."""
+    import polars as pl
+
+    from prefdata.checks.checklist import gate, strictly
+    from prefdata.checks.distributed import connect, run_checklist
+    from prefdata.gate.report import PAIR_FIELDS, example_ids, report_json, write_reports
+    from prefdata.gate.runner import GateOutcome, plots_for
+
+    with connect(spec):
+        results = run_checklist(inputs, checklist)
+    if strict or checklist.get("strict"):
+        results = strictly(results)
+    passed = gate(results)
+    report = report_json(results, passed, report_dir)
+    written = {}
+    if report_dir:
+        pairs = inputs.pairs
+        if inputs.shards is not None:  # the thin frame has no responses: the examples' rows, read back
+            wanted = pl.Series(sorted(example_ids(results)), dtype=pl.String).implode()
+            rows = pairs.select(pl.arg_where(pl.col("id").cast(pl.String).is_in(wanted))).to_series().to_numpy()
+            pairs = inputs.shards.gather(rows, ["id", *PAIR_FIELDS])
+        written = write_reports(results, report_dir, plots_for(inputs, results), title, pairs=pairs)
+    return GateOutcome(passed, results, report, written)
 
 
 def chat_option(value: str) -> str:
