@@ -263,7 +263,6 @@ def _source_of(part: Any, column: str, firsts: np.ndarray) -> Any:
 def _with_text_a(edges: Any, part: Any, kind: str, first: int, columns: list[str]) -> Any:
     """Edges whose `a` lives in this partition: each distinct edge once (a pair meets in many
     bands), with a's prepared text attached, to travel to where `b` lives."""
-    import pandas as pd
 
     e = pl.from_pandas(edges.reset_index(drop=True)[["a", "b"]]).unique().sort("a", "b")
     if e.height == 0:
