@@ -183,6 +183,9 @@ def collect_command(
     # per-task INFO lines would bury the stage lines below
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from prefdata.commands.console import quiet_reported_failures
+
+    quiet_reported_failures()
     from pydantic import ValidationError
 
     from prefdata.flows.params import Argilla, Engine, Humans, Judge, Policy, Prompts

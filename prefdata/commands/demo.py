@@ -165,6 +165,9 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     # The stages print their own progress; Prefect's per-task INFO lines would bury it (its UI has them).
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from prefdata.commands.console import quiet_reported_failures
+
+    quiet_reported_failures()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars on every from_pretrained: noise here
