@@ -357,8 +357,11 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
             return _jsonl_batches(path, fmt, max_text_bytes, batch_rows, why)
         if kind in ("csv", "tsv"):
             return _csv_batches(path, "\t" if kind == "tsv" else ",", fmt, max_text_bytes, batch_rows, why)
-        return _refused(why, "only Parquet, JSON Lines, CSV and TSV files have a columnar path (not a JSON "
-                             "array or a compressed Parquet file)")
+        if kind == "json":
+            return _refused(why, "a JSON array (or object) file has no columnar path: it is read as a stream, row "
+                                 "by row (save it as JSON Lines for the columnar path)")
+        return _refused(why, "only Parquet, JSON Lines, CSV and TSV files have a columnar path (not a compressed "
+                             "Parquet file)")
     try:
         schema = pl.read_parquet_schema(path)
         head = pl.read_parquet(path, n_rows=1)

@@ -345,96 +345,208 @@ def _jsonl_rows(lines: Iterator[tuple[int, bytes | None, bytes, int]], max_line_
         yield row
 
 
-def _array_rows(path: Path, text: str, pos: int) -> Iterator[RawRow]:
-    """The elements of the JSON array starting at `pos`, one by one, so that one bad element (too
-    deep, a duplicate key) is one quarantined row and not a lost file."""
-    pos = _WS.match(text, pos + 1).end()
-    if text.startswith("]", pos):
-        return
-    number = 0
-    while True:
-        number += 1
-        try:
-            row, pos = _decode_at(text, pos, number)
-        except json.JSONDecodeError as exc:
-            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-        yield row
-        pos = _WS.match(text, pos).end()
-        if text.startswith(",", pos):
-            pos = _WS.match(text, pos + 1).end()
-        elif text.startswith("]", pos):
+_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.S)  # a JSON string's text up to its closing quote
+_SCALAR = re.compile(r"[^\s,\]}]*")
+
+
+class _JsonStream:
+    """A JSON document read as a stream: its text decoded a block at a time (_TextLines' buffer), a
+    value decoded once it is whole in the buffer. A value over `limit` characters is a
+    row_too_large row, read past without being held (a bracket and string scanner, block by block)."""
+
+    def __init__(self, path: Path, handle, limit: int):
+        self.path, self.limit = path, limit
+        self.text = _TextLines(handle)
+        self.lines = 0  # newlines of the text dropped from the buffer, for the messages
+
+    def _fill(self) -> None:
+        text = self.text
+        self.lines += text.buffer.count("\n", 0, text.pos)
+        text._fill()
+
+    def peek(self) -> str:
+        """The next character after white space ("" at the end)."""
+        text = self.text
+        while True:
+            text.pos = _WS.match(text.buffer, text.pos).end()
+            if text.pos < len(text.buffer) or text.eof:
+                return text.buffer[text.pos:text.pos + 1]
+            self._fill()
+
+    def take(self, char: str) -> None:
+        self.text.pos += len(char)
+
+    def where(self, pos: int | None = None) -> str:
+        buffer, pos = self.text.buffer, self.text.pos if pos is None else pos
+        line = self.lines + buffer.count("\n", 0, pos) + 1
+        start = buffer.rfind("\n", 0, pos)
+        return f"line {line}" + (f", column {pos - start}" if start >= 0 or not self.lines else "")
+
+    def invalid(self, what: str, pos: int | None = None) -> UnusableInput:
+        return UnusableInput(f"{self.path}: not valid JSON ({what} at {self.where(pos)})")
+
+    def value(self, number: int) -> RawRow:
+        """The JSON value at the cursor as row `number` (an object, or the reason it is not a row)."""
+        self.peek()
+        row, _ = self._decoded(lambda text, pos: _decode_at(text, pos, number), number)
+        return row
+
+    def _decoded(self, decode, number: int) -> tuple[Any, bool]:
+        """decode(buffer, pos) -> (result, end) once the value at the cursor is whole in the buffer,
+        the cursor moved past it; (row_too_large row, False) for a value over the limit."""
+        text = self.text
+        while True:
+            buffer, pos = text.buffer, text.pos
+            try:
+                result, end = decode(buffer, pos)
+            except json.JSONDecodeError as exc:
+                # broken before the buffer's end is broken; at its end, the rest may be in the next
+                # block ("Unterminated string" names where the string starts)
+                if text.eof or (exc.pos < len(buffer) - 16 and not exc.msg.startswith("Unterminated string")):
+                    raise self.invalid(exc.msg, exc.pos) from None
+                end = len(buffer)
+            if end - pos > self.limit:
+                return self._too_large(number), False
+            if end < len(buffer) or text.eof:  # a value ending the buffer may go on in the next block
+                text.pos = end
+                return result, True
+            self._fill()
+
+    def _too_large(self, number: int) -> RawRow:
+        head = self.text.buffer[self.text.pos:self.text.pos + RAW_TEXT_CHARS]
+        size = self._skip_value()
+        return RawRow(number, None, "row_too_large", f"the value is {size} characters, over the {self.limit} "
+                      "allowed (raise --max-text-bytes if it is a real row)", head + "...")
+
+    def _skip_value(self) -> int:
+        """Move the cursor past the value there, a block at a time; its size in characters."""
+        text, depth, in_string, size = self.text, 0, False, 0
+        scalar = text.buffer[text.pos:text.pos + 1] not in '["{'
+        while True:
+            buffer, pos = text.buffer, text.pos
+            if scalar:
+                pos = _SCALAR.match(buffer, pos).end()
+                done = pos < len(buffer)
+            elif in_string:
+                pos = _STRING_BODY.match(buffer, pos).end()
+                in_string = not buffer.startswith('"', pos)
+                pos += not in_string
+                done = not in_string and depth == 0
+            else:
+                token = _JSON_TOKEN.search(buffer, pos)
+                pos = len(buffer) if token is None else token.end()
+                if token is not None:
+                    char = token.group()
+                    in_string = char == '"'
+                    depth += 0 if in_string else 1 if char in "[{" else -1
+                done = token is not None and depth == 0 and not in_string
+            size += pos - text.pos
+            text.pos = pos
+            if done:
+                return size
+            if pos < len(buffer) and not (in_string and pos == len(buffer) - 1):
+                continue  # more of the value in this block (a "\\" last in it waits for what it escapes)
+            if text.eof:
+                raise self.invalid("a value is not closed before the end of the file")
+            self._fill()
+
+    def array(self, number: int = 0) -> Iterator[RawRow]:
+        """The elements of the array at the cursor, one row each (numbered from `number` + 1)."""
+        self.take("[")
+        if self.peek() == "]":
+            self.take("]")
             return
-        else:
-            line = text.count("\n", 0, pos) + 1
-            raise UnusableInput(f"{path}: not valid JSON (expected ',' or ']' after element {number}, line {line})")
+        while True:
+            number += 1
+            yield self.value(number)
+            char = self.peek()
+            if char not in (",", "]"):
+                raise self.invalid(f"expected ',' or ']' after element {number}")
+            self.take(char)
+            if char == "]":
+                return
+            self.peek()
+
+    def key(self) -> str:
+        """An object's key at the cursor, and its ':' (a key over the limit is a broken file)."""
+        if self.peek() != '"':
+            raise self.invalid("expected a key")
+        key, whole = self._decoded(_DECODER.raw_decode, 0)
+        if not whole:
+            raise self.invalid(f"a key over {self.limit} characters")
+        if self.peek() != ":":
+            raise self.invalid(f"expected ':' after key {key!r}")
+        self.take(":")
+        return key
 
 
-def _wrapped_rows(path: Path, text: str, pos: int) -> list[RawRow]:
-    """`{"data": [...]}` (or one object) read member by member, for a document whose whole parse
-    failed on a bad row: the rows of its one list, or the object itself as row 1."""
-    members: dict[str, Any] = {}
-    lists: list[list[RawRow]] = []
-    pos = _WS.match(text, pos + 1).end()
-    while not text.startswith("}", pos):
+def _json_rows(path: Path, limit: int) -> Iterator[RawRow]:
+    """A JSON file's rows, read as a stream (memory: a block and one row): an array of rows,
+    `{"data": [...]}` (an object with one list: its rows), one object (one row), or JSON Lines
+    saved as .json (`datasets`' to_json writes those). An object is read twice: first to find its
+    lists, then for the rows."""
+    with _open_data(path) as handle:
         try:
-            key, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-        if not isinstance(key, str) or key in members:
-            raise UnusableInput(f"{path}: the top-level object has a bad or repeated key {key!r}")
-        pos = _WS.match(text, pos).end()
-        if not text.startswith(":", pos):
-            raise UnusableInput(f"{path}: not valid JSON (expected ':' after key {key!r})")
-        pos = _WS.match(text, pos + 1).end()
-        if text.startswith("[", pos):
-            end = _value_end(text, pos)
-            members[key] = rows = list(_array_rows(path, text, pos))
-            lists.append(rows)
-            pos = end
-        else:
-            row, pos = _decode_at(text, pos, 1)
-            members[key] = row
-        pos = _WS.match(text, pos).end()
-        if text.startswith(",", pos):
-            pos = _WS.match(text, pos + 1).end()
-    if len(lists) == 1:
-        return lists[0]
-    # No single list: the object is one row, and it is as bad as its first bad member.
-    found = [m for m in members.values() if isinstance(m, RawRow)]
-    found += [r for m in members.values() if isinstance(m, list) for r in m]
-    bad = next((r for r in found if r.error in ("too_deep", "duplicate_key")), None)
-    if bad is None:
-        raise UnusableInput(f"{path}: not valid JSON (a value nests too deeply or repeats a key)")
-    return [RawRow(1, None, bad.error, bad.detail, _cut_text(text))]
-
-
-def _json_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
-    text = raw.decode("utf-8", errors="surrogateescape")  # bad bytes surface per row, below
-    try:
-        value = _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":  # JSON Lines saved as .json (datasets' to_json does this)
-            yield from _jsonl_rows(raw)
-            return
-        raise UnusableInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except (RecursionError, _DuplicateKey):
-        # One row is bad: read again element by element (slower, and only for such a file).
-        start = _WS.match(text).end()
-        yield from _array_rows(path, text, start) if text.startswith("[", start) else _wrapped_rows(path, text, start)
+            stream = _JsonStream(path, handle, limit)
+            first = stream.peek()
+            if first == "[":
+                yield from stream.array()
+                if stream.peek():
+                    raise stream.invalid("more text after the array")
+                return
+            if first != "{":
+                if not first:
+                    raise stream.invalid("Expecting value")
+                row = stream.value(1)
+                raise UnusableInput(f"{path}: a JSON file must hold an array of rows, {row.detail or 'got a value'}")
+            lists, more = _object_shape(stream)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _stream_error(path, handle, exc) from None
+    if more:  # JSON Lines saved as .json
+        yield from _jsonl_rows(_lines(path, limit), limit)
         return
-    if isinstance(value, dict):
-        lists = [v for v in value.values() if isinstance(v, list)]
-        if len(lists) == 1:  # {"data": [...]} or {"rows": [...]}
-            value = lists[0]
+    with _open_data(path) as handle:
+        try:
+            stream = _JsonStream(path, handle, limit)
+            stream.peek()
+            if len(lists) != 1:  # no single list: the object is one row
+                yield stream.value(1)
+                return
+            stream.take("{")
+            while stream.key() != lists[0]:
+                stream.value(0)  # a member before the rows' list (never a list: it is the only one)
+                stream.peek()
+                stream.take(",")
+            stream.peek()
+            yield from stream.array()
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _stream_error(path, handle, exc) from None
+
+
+def _object_shape(stream: _JsonStream) -> tuple[list[str], bool]:
+    """The first pass over a top-level object: the keys of its list members, and whether more text
+    follows it (JSON Lines). Its values are read past, one at a time, never kept."""
+    stream.take("{")
+    keys: set[str] = set()
+    lists: list[str] = []
+    while stream.peek() != "}":
+        key = stream.key()
+        if key in keys:
+            raise UnusableInput(f"{stream.path}: the top-level object has a bad or repeated key {key!r}")
+        keys.add(key)
+        if stream.peek() == "[":
+            lists.append(key)
+            for _ in stream.array():
+                pass
         else:
-            value = [value]
-    elif not isinstance(value, list):
-        raise UnusableInput(f"{path}: a JSON file must hold an array of rows, got {type(value).__name__}")
-    for number, item in enumerate(value, start=1):
-        if isinstance(item, (dict, list)) and nesting_depth(item) > MAX_DEPTH:
-            yield RawRow(number, None, "too_deep", f"nested more than {MAX_DEPTH} levels deep")
-            continue
-        yield _object_row(number, item, text=json.dumps(item) if not isinstance(item, dict) else None)
+            stream.value(0)
+        char = stream.peek()
+        if char not in (",", "}"):
+            raise stream.invalid(f"expected ',' or '}}' after member {key!r}")
+        if char == ",":
+            stream.take(",")
+    stream.take("}")
+    return lists, bool(stream.peek())
 
 
 class _TextLines:
@@ -729,7 +841,6 @@ def read_rows(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[
         return _jsonl_rows(_lines(path, max_row_bytes), max_row_bytes)
     if kind in ("csv", "tsv"):  # a record over `max_row_bytes` characters is row_too_large, never held whole
         return _csv_rows(path, "\t" if kind == "tsv" else ",", max_row_bytes)
-    raw = read_bytes(path).removeprefix(BOM)
-    if kind == "json":
-        return _json_rows(path, raw)
-    return _parquet_rows(path, raw)
+    if kind == "json":  # an element over `max_row_bytes` characters is row_too_large, never held whole
+        return _json_rows(path, max_row_bytes)
+    return _parquet_rows(path, read_bytes(path).removeprefix(BOM))
