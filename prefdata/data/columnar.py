@@ -52,6 +52,10 @@ from prefdata.data.rows import check_format, convert_row, quarantine_entry
 
 TEXT = ("prompt", "chosen", "rejected")
 CONVERTERS_COVERED = ("trl", "hh-rlhf")
+NOT_COVERED = {  # why the other formats still go row by row
+    "trl-chat": "its message lists are matched and rendered row by row",
+    "comparisons": "its labels and wide votes are resolved row by row",
+}
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
 # rows converted at a time: one batch's text, ids and normalised copies are what the import holds
@@ -416,7 +420,8 @@ def _first_rows(path: Path, fmt: str, max_line_bytes: int, why: list[str] | None
     except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
         return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format"), head
     if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})"), head
+        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)}: "
+                             f"{NOT_COVERED.get(fmt, 'not written yet')})"), head
     return fmt, head
 
 
