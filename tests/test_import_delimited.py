@@ -29,6 +29,8 @@ def assert_same_import(path: Path, batches: tuple[int, ...] = (1, 3, 7), **optio
     for batch_rows in (BATCH_ROWS, *batches):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr("prefdata.data.columnar.BATCH_ROWS", batch_rows)
+            if batch_rows != BATCH_ROWS:  # a batch's records become frames a few at a time
+                patch.setattr("prefdata.data.delimited.CHUNK_ROWS", 2)
             fast = import_file(path, **options)
         assert fast.row_by_row is None, fast.row_by_row
         assert_frame_equal(fast.pairs, reference.pairs)

@@ -20,6 +20,7 @@ import polars as pl
 from prefdata.data.readers import RawRow, _open_data, _stream_error, csv_header, csv_records, csv_row
 
 BLOCK_BYTES = 32 << 20
+CHUNK_ROWS = 20_000  # records held as Python lists before they become a frame
 
 
 def count_lines(path: Path) -> int:
@@ -49,22 +50,33 @@ def batches(path: Path, delimiter: str, limit: int, batch_lines: int, n_batches:
     boundary, made = 1 + batch_lines, 0
     numbers: list[int] = []
     fields: list[list[str]] = []
+    frames: list[pl.DataFrame] = []
     odd: list[RawRow] = []
     for record in records:
         number = record.number if isinstance(record, RawRow) else record[0]
         while number >= boundary and made < n_batches - 1:
-            yield _frame(header, numbers, fields, odd, delimiter), odd
-            numbers, fields, odd, made, boundary = [], [], [], made + 1, boundary + batch_lines
+            yield _batch(header, frames, numbers, fields, odd, delimiter), odd
+            numbers, fields, frames, odd, made, boundary = [], [], [], [], made + 1, boundary + batch_lines
         if isinstance(record, RawRow):
             odd.append(record)
         elif len(record[1]) == width:
             numbers.append(number)
             fields.append(record[1])
+            if len(fields) == CHUNK_ROWS:  # Python's strings cost ~2x the text: into Arrow memory now
+                frames.append(_frame(header, numbers, fields, odd, delimiter))
+                numbers, fields = [], []
         else:
             odd.append(csv_row(number, record[1], header, delimiter))
     while made < n_batches:
-        yield _frame(header, numbers, fields, odd, delimiter), odd
-        numbers, fields, odd, made = [], [], [], made + 1
+        yield _batch(header, frames, numbers, fields, odd, delimiter), odd
+        numbers, fields, frames, odd, made = [], [], [], [], made + 1
+
+
+def _batch(header: list[str], frames: list[pl.DataFrame], numbers: list[int], fields: list[list[str]],
+           odd: list[RawRow], delimiter: str) -> pl.DataFrame:
+    frames.append(_frame(header, numbers, fields, odd, delimiter))
+    odd.sort(key=lambda row: row.number)
+    return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
 def _frame(header: list[str], numbers: list[int], fields: list[list[str]], odd: list[RawRow],
@@ -76,7 +88,6 @@ def _frame(header: list[str], numbers: list[int], fields: list[list[str]], odd: 
     except UnicodeEncodeError:  # rare: find the records, in this batch only
         bad = [i for i, row in enumerate(fields) if csv_row(numbers[i], row, header, delimiter).data is None]
         odd += [csv_row(numbers[i], fields[i], header, delimiter) for i in bad]
-        odd.sort(key=lambda row: row.number)
         skip = set(bad)
         keep = [i for i in range(len(fields)) if i not in skip]
         return _columns(header, [numbers[i] for i in keep], [fields[i] for i in keep])
