@@ -29,41 +29,7 @@ def run_checklist(ref: str, checks: Checks, store: str | None, dask: str | None 
     from prefdata.gate.publishing import validate_version
     from prefdata.data.store import Store
 
-    if dask is None:
-        return validate_version(Store(store), ref, **_settings(checks)).as_dict()
-    return _validate_on_dask(Store(store), ref, checks, dask)
-
-
-def _validate_on_dask(store, ref: str, checks: Checks, dask: str) -> dict:
-    """validate_version (prefdata.gate.publishing) with the checks that read every row on Dask
-    (prefdata.checks.distributed.run_checklist): its inputs, report folder and report, the same
-    results. (validate_version takes no engine; until it does, this wires the same steps.)"""
-    from pathlib import Path
-
-    from prefdata.checks.checklist import gate, load_config, strictly
-    from prefdata.checks.distributed import connect, run_checklist as run_on_dask
-    from prefdata.gate.publishing import default_report_dir
-    from prefdata.gate.report import report_json, write_reports
-    from prefdata.gate.runner import load_inputs, plots_for
-
-    settings = _settings(checks)
-    v = store.get(ref)
-    folder = Path(settings["report_dir"] or default_report_dir(v.name, v.version)).resolve()
-    checklist = load_config(settings["config"])
-    reference = settings["reference_prompts"]
-    inputs, info = load_inputs(v.ref, eval_data=settings["eval_data"], scorer=settings["scorer"], store=store.url,
-                               reference_prompts=Path(reference) if reference else None, docs_dir=folder / "gx")
-    with connect(dask):
-        results = run_on_dask(inputs, checklist)
-    strict = settings["strict"] or bool(checklist.get("strict"))
-    results = strictly(results) if strict else results
-    passed = gate(results)
-    report = report_json(results, passed, folder)
-    pairs = inputs.pairs if inputs.shards is None else None  # a sharded version's report shows no example texts
-    reports = write_reports(results, folder, plots_for(inputs, results), f"validate {v.ref}", pairs=pairs)
-    report = {**report, "config": checklist, "strict": strict, "input": info, "engine": f"dask {dask}"}
-    return {"dataset": v.ref, "passed": passed, "report": report, "report_dir": str(folder),
-            "reports": {k: str(p) for k, p in reports.items()}}
+    return validate_version(Store(store), ref, **_settings(checks), dask=dask).as_dict()
 
 
 def _artifacts(result: dict) -> None:

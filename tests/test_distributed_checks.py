@@ -240,3 +240,26 @@ def test_check_dask_local_gives_the_same_report(cluster, leaky, tmp_path):
                               capture_output=True, text=True, env=env, timeout=120)
         lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1 and "--dask" in lines[0], (bad, lines)
+
+
+def test_validating_a_stored_version_on_dask_gives_the_same_report(cluster, leaky, tmp_path):
+    """validate_version (what the validate and publish flows run) with `dask` set to a scheduler's
+    address: the same checks, statuses, metrics, messages and offending ids, and the report names the
+    engine."""
+    from prefdata.data.importer import import_file, import_to_store
+    from prefdata.data.store import Store
+    from prefdata.gate.publishing import validate_version
+
+    pairs, _ = leaky
+    data = tmp_path / "pairs.parquet"
+    pairs.write_parquet(data)
+    store = Store(str(tmp_path / "store"))
+    ref = import_to_store(import_file(data), "leaky", store).ref
+    one = validate_version(store, ref, report_dir=tmp_path / "one")
+    many = validate_version(store, ref, report_dir=tmp_path / "many", dask=cluster.scheduler.address)
+    assert many.report["engine"] == f"dask {cluster.scheduler.address}" and "engine" not in one.report
+    assert [r.id for r in one.outcome.results] == [r.id for r in many.outcome.results]
+    for a, b in zip(one.outcome.results, many.outcome.results):
+        assert (a.status, a.message, a.offending) == (b.status, b.message, b.offending), a.id
+        assert b.metric == pytest.approx(a.metric), a.id
+    assert one.passed == many.passed

@@ -364,10 +364,7 @@ def check(
     inputs.tokenizer = loaded_tokenizer
     if loaded_tokenizer is not None:
         inputs.rendering = _check_rendering(loaded_tokenizer, chat, system_prompt, inputs.lineage)
-    if dask is None:
-        outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
-    else:
-        outcome = _gate_on_dask(dask, inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}")
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=report_dir, title=f"checklist: {data}", dask=dask)
     _write_json(json_path, {**outcome.report, "input": info})
     # what reading the file (and --votes) left out, said here too, not only in --json; the gate
     # counts these rows (degenerate_pairs, unreadable_rows)
@@ -380,33 +377,6 @@ def check(
     for kind, path in outcome.reports.items():
         terminal().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
-
-
-def _gate_on_dask(spec: str, inputs, checklist: dict, *, strict: bool, report_dir: Path | None, title: str):
-    """run_gate (prefdata.gate.runner) with the checks that read every row run on Dask
-    (prefdata.checks.distributed.run_checklist: the same results), the cluster up only while they run."""
-    import polars as pl
-
-    from prefdata.checks.checklist import gate, strictly
-    from prefdata.checks.distributed import connect, run_checklist
-    from prefdata.gate.report import PAIR_FIELDS, example_ids, report_json, write_reports
-    from prefdata.gate.runner import GateOutcome, plots_for
-
-    with connect(spec):
-        results = run_checklist(inputs, checklist)
-    if strict or checklist.get("strict"):
-        results = strictly(results)
-    passed = gate(results)
-    report = report_json(results, passed, report_dir)
-    written = {}
-    if report_dir:
-        pairs = inputs.pairs
-        if inputs.shards is not None:  # the thin frame has no responses: the examples' rows, read back
-            wanted = pl.Series(sorted(example_ids(results)), dtype=pl.String).implode()
-            rows = pairs.select(pl.arg_where(pl.col("id").cast(pl.String).is_in(wanted))).to_series().to_numpy()
-            pairs = inputs.shards.gather(rows, ["id", *PAIR_FIELDS])
-        written = write_reports(results, report_dir, plots_for(inputs, results), title, pairs=pairs)
-    return GateOutcome(passed, results, report, written)
 
 
 def chat_option(value: str) -> str:

@@ -63,10 +63,11 @@ def validate_version(
     reference_prompts: str | Path | None = None,
     title: str = "validate",
     read_from=None,
+    dask: str | None = None,
 ) -> Validation:
     """Run the checklist on a stored version and write its reports; the status is left as it is.
     `read_from`: a Store holding the version's bytes to check (a `pinned` copy); an --eval version
-    is still looked up in `store`."""
+    is still looked up in `store`. `dask`: run_gate's (the workers must reach the store's files)."""
     from prefdata.checks.checklist import load_config
     from prefdata.gate.runner import load_inputs, run_gate
 
@@ -77,8 +78,10 @@ def validate_version(
                                eval_store=store.url,
                                reference_prompts=Path(reference_prompts) if reference_prompts else None,
                                docs_dir=folder / "gx")
-    outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}")
+    outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}", dask=dask)
     report = {**outcome.report, "config": checklist, "strict": strict or bool(checklist.get("strict")), "input": info}
+    if dask is not None:
+        report["engine"] = f"dask {dask}"
     return Validation(v.ref, outcome, report, folder)
 
 

@@ -233,11 +233,19 @@ def _example_pairs(inputs, results):
 
 
 def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir: Path | None = None,
-             title: str = "prefdata checklist") -> GateOutcome:
+             title: str = "prefdata checklist", dask: str | None = None) -> GateOutcome:
+    """The checklist on `inputs`, its verdict and reports. `dask` (local:N or a scheduler's address):
+    the checks that read every row run there (prefdata.checks.distributed), with the same results."""
     from prefdata.checks.checklist import gate, run_checklist, strictly
     from prefdata.gate.report import report_json, write_reports
 
-    results = run_checklist(inputs, config)
+    if dask is None:
+        results = run_checklist(inputs, config)
+    else:
+        from prefdata.checks.distributed import connect, run_checklist as run_on_dask
+
+        with connect(dask):  # the cluster is up only while the checks run
+            results = run_on_dask(inputs, config)
     if strict or config.get("strict"):
         results = strictly(results)
     passed = gate(results)
