@@ -333,3 +333,73 @@ def test_a_file_imported_row_by_row_says_why(tmp_path):
     mixed = write(rows * 2, tmp_path / "mixed.parquet", id=["a", None])
     assert "some rows have an id" in import_file(mixed).row_by_row
     assert import_file(write_jsonl(rows, tmp_path / "fast.jsonl")).row_by_row is None
+
+
+# -- trl-chat: every row through the reference converter, a batch at a time --------------------------
+
+def chat_rows() -> list[dict]:
+    user = {"role": "user", "content": "What is 2+2?"}
+
+    def said(text: str) -> list[dict]:
+        return [{"role": "assistant", "content": text}]
+
+    rows = [
+        {"prompt": [user], "chosen": said("4"), "rejected": said("5")},
+        {"chosen": [user, *said("4")], "rejected": [user, *said("5")]},                     # implicit prompt
+        {"prompt": "What is 2+2?", "chosen": [user, *said("4")], "rejected": [user, *said("6")],
+         "score_chosen": 9, "score_rejected": None, "category": "math"},                     # text prompt, whole conversations
+        {"prompt": [user], "chosen": "4", "rejected": said("5")},                          # wrong_type:chosen
+        {"prompt": [user], "chosen": said("same"), "rejected": said("same")},              # identical
+        {"chosen": said("a"), "rejected": said("b")},                                      # no prompt, nothing shared
+        {"prompt": [{"role": "user", "content": "   "}], "chosen": said("a"), "rejected": said("b")},  # blank prompt
+        {"prompt": [user], "chosen": [{"role": "assistant"}], "rejected": said("5")},     # a message without content
+        {"prompt": [user], "chosen": said("x" * 3000), "rejected": said("5")},           # too large at 2048
+        {"prompt": [user], "chosen": said("4"), "rejected": said("5")},                    # a repeat: numbered id
+        {"prompt": [user], "chosen": said("4"), "rejected": said("5"), "split": "../x"},
+    ]
+    return rows * 2
+
+
+@pytest.mark.parametrize("name", ["chat.jsonl", "chat.jsonl.gz"])
+def test_trl_chat_jsonl_in_batches(tmp_path, name):
+    path = write_jsonl(chat_rows(), tmp_path / name)
+    assert_same_import(path, max_text_bytes=2048, small_batches=(7, 3, 1))
+    result = import_file(path, max_text_bytes=2048)
+    assert result.format == "trl-chat" and result.row_by_row is None
+    assert {"wrong_type:chosen", "identical_responses", "missing_field:prompt", "empty_text:prompt",
+            "text_too_large:chosen", "invalid_split"} <= set(result.reasons)
+    assert "prompt_messages" in result.pairs.columns
+
+
+def test_trl_chat_jsonl_streamed_into_the_store(tmp_path):
+    from prefdata.data.importer import import_file_to_store, import_to_store
+    from prefdata.data.store import Store
+
+    # (not the row whose split is refused: a streamed version's shards keep a column only quarantined rows give)
+    path = write_jsonl([r for r in chat_rows() if "split" not in r] * 5, tmp_path / "chat.jsonl")
+    store = Store(str(tmp_path / "store"))
+    whole = import_to_store(import_file(path), "whole", store)
+    result, streamed = import_file_to_store(path, "streamed", store, batch_rows=9)
+    assert result.row_by_row is None and len([f for f in streamed.manifest["files"] if f.startswith("data/")]) > 1
+    for config in store.get(whole.ref).manifest["counts"]["rows"]:
+        assert_frame_equal(store.load(streamed.ref, config), store.load(whole.ref, config))
+    assert store.read_text(streamed.ref, "quarantine.jsonl") == store.read_text(whole.ref, "quarantine.jsonl")
+
+
+@pytest.mark.parametrize("name", ["flat.parquet", "flat.csv"])
+def test_trl_chat_forced_on_flat_files(tmp_path, name):
+    """--format trl-chat on text columns: every row is the converter's wrong_type, in every batch."""
+    frame = pl.DataFrame({"prompt": ["q", "r", "s"], "chosen": ["a", "b", "c"], "rejected": ["x", "y", "z"],
+                          "category": ["k", None, "m"]})
+    path = tmp_path / name
+    frame.write_parquet(path) if name.endswith(".parquet") else frame.write_csv(path)
+    assert_same_import(path, fmt="trl-chat", small_batches=(2, 1))
+    assert import_file(path, fmt="trl-chat").reasons == {"wrong_type:chosen": 3}
+
+
+def test_trl_chat_with_a_model_column_goes_row_by_row_and_says_why(tmp_path):
+    rows = [{**row, "model": "m"} for row in chat_rows()[:3]]
+    path = write_jsonl(rows, tmp_path / "m.jsonl")
+    result, reference = import_file(path), import_rows(path)
+    assert "model column" in result.row_by_row
+    assert_frame_equal(result.pairs, reference.pairs)

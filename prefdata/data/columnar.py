@@ -51,10 +51,13 @@ from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_seri
 from prefdata.data.rows import check_format, convert_row, quarantine_entry
 
 TEXT = ("prompt", "chosen", "rejected")
-CONVERTERS_COVERED = ("trl", "hh-rlhf")
+CONVERTERS_COVERED = ("trl", "hh-rlhf", "trl-chat")
+# Formats whose every row goes through the reference converter, a batch at a time: their checks are
+# not vectorised (trl-chat's message lists are matched and rendered in Python), but the batches
+# bound the memory, stream into the store and carry the cross-row rules like the others.
+ROW_CONVERTED = ("trl-chat",)
 NOT_COVERED = {  # why the other formats still go row by row
-    "trl-chat": "its message lists are matched and rendered row by row",
-    "comparisons": "its labels and wide votes are resolved row by row",
+    "comparisons": "its labels and votes become pairs only once every row is read",
 }
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
@@ -84,6 +87,13 @@ def _plain_parquet(path: Path) -> bool:
         return not head.startswith(GZIP_MAGIC) and file_kind(path, head) == "parquet"
     except (OSError, UnusableInput):
         return False  # the row path says what is wrong with it
+
+
+def _optional_columns(fmt: str, given: set[str] | pl.Schema) -> list[str]:
+    """The optional record columns a batch carries: those the file gives (prompt_messages is made,
+    never read: trl-chat's converter writes it for every row)."""
+    return [c for c in OPTIONAL_COLUMNS if (c in given and c != "prompt_messages")
+            or (c == "prompt_messages" and fmt == "trl-chat")]
 
 
 def _is_int(dtype: pl.DataType) -> bool:
@@ -336,6 +346,11 @@ def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] |
     kept = pl.concat(pairs, how="diagonal_relaxed")
     if kept.height == 0:  # nothing kept: no optional column, as when the file is one batch
         kept = kept.select(PAIR_COLUMNS)
+    # Batches carry every optional column some row of the file gives; a record has one (other than
+    # a score) only with a value, so one that only quarantined rows gave goes, as in the row path.
+    # (A streamed import's shards keep it: their columns are fixed before the first batch.)
+    kept = kept.drop([c for c in kept.columns if c not in PAIR_COLUMNS and c not in SCORE_COLUMNS
+                      and kept[c].null_count() == kept.height])
     return ColumnarImport(opened.format, kept, quarantine, opened.read)
 
 
@@ -379,14 +394,16 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     columns = set(schema)
     fmt = check_format(path, fmt, columns, columns, head.row(0, named=True))
     if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)})")
-    optional = [c for c in OPTIONAL_COLUMNS if c in columns and c != "prompt_messages"]
+        return _refused(why, f"the {fmt} format has no columnar path (only {', '.join(CONVERTERS_COVERED)}: "
+                             f"{NOT_COVERED.get(fmt, 'not written yet')})")
+    optional = _optional_columns(fmt, columns)
     starts = range(0, rows, batch_rows)
     present = None if optional else []
     if len(starts) > 1 and optional:  # the same columns in every batch: those with a value in some row of the file
-        present = [c for c, has in pl.scan_parquet(path).select(
-            [pl.col(c).is_not_null().any() for c in optional]).collect().row(0, named=True).items()
-            if has or c in SCORE_COLUMNS]
+        read = [c for c in optional if c in columns]  # not prompt_messages, which trl-chat's converter makes
+        given = pl.scan_parquet(path).select([pl.col(c).is_not_null().any() for c in read]).collect().row(
+            0, named=True) if read else {}
+        present = [c for c in optional if given.get(c) or c in SCORE_COLUMNS or c not in columns]
     earlier = _Earlier(carry=len(starts) > 1)
 
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
@@ -420,7 +437,7 @@ def _first_rows(path: Path, fmt: str, max_line_bytes: int, why: list[str] | None
     except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
         return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format"), head
     if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {' and '.join(CONVERTERS_COVERED)}: "
+        return _refused(why, f"the {fmt} format has no columnar path (only {', '.join(CONVERTERS_COVERED)}: "
                              f"{NOT_COVERED.get(fmt, 'not written yet')})"), head
     return fmt, head
 
@@ -443,7 +460,7 @@ def _csv_batches(path: Path, delimiter: str, fmt: str, max_text_bytes: int, batc
         return _refused(why, _unsupported(schema) if id_column is None else "a column named __... (this path's own)")
     lines = delimited.count_lines(path)
     n_batches = max(1, -(-lines // batch_rows))
-    optional = [c for c in OPTIONAL_COLUMNS if c in schema and c != "prompt_messages"]
+    optional = _optional_columns(fmt, schema)
     # every row gives every column (as text), so several batches have the columns one batch would
     present = optional if n_batches > 1 else None
     earlier = _Earlier(carry=n_batches > 1)
@@ -477,19 +494,24 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     present = None  # one batch: the columns its kept rows give
     if n_batches > 1:  # the same columns in every batch: those some row of the file gives (as for Parquet)
         given = ndjson.columns_given(path, OPTIONAL_COLUMNS, SCORE_COLUMNS)
-        present = [c for c in OPTIONAL_COLUMNS if c in given and c != "prompt_messages"]
+        present = _optional_columns(fmt, given)
     earlier = _Earlier(carry=n_batches > 1)
     opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
 
+    # a format whose rows all go to the reference converter skips polars: it would parse them twice
+    source = (_row_batches(path, batch_rows, max_line_bytes, n_batches) if fmt in ROW_CONVERTED
+              else ndjson.batches(path, batch_rows, max_line_bytes, TEXT, SCORE_COLUMNS))
+
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
-        for frame, rows in ndjson.batches(path, batch_rows, max_line_bytes, TEXT, SCORE_COLUMNS):
+        for frame, rows in source:
             opened.read += frame.height + len(rows)
             schema = pl.Schema({c: d for c, d in frame.schema.items() if not c.startswith("__")})
             id_column = _supported(schema)
-            if id_column is None:
-                raise UnsupportedBatch(f"{path}: {_unsupported(schema)}")
             given = set(schema).union(*(r.data for r in rows if r.data is not None))
-            optional = [c for c in OPTIONAL_COLUMNS if c in given and c != "prompt_messages"]
+            if id_column is None or {"model", "policy", "cmp_key"} & given:  # (rows only: the keys they give)
+                named = schema if id_column is None else pl.Schema({c: pl.String for c in given})
+                raise UnsupportedBatch(f"{path}: {_unsupported(named)}")
+            optional = _optional_columns(fmt, given)
             if present is not None:
                 optional = sorted(set(optional) | set(present), key=OPTIONAL_COLUMNS.index)
             frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in (*TEXT, *optional) if c not in schema)
@@ -498,6 +520,23 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
 
     opened.batches = batches()
     return opened
+
+
+def _row_batches(path: Path, batch_lines: int, max_line_bytes: int, n_batches: int
+                 ) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
+    """The row reader's rows of each `batch_lines` lines, as ndjson.batches gives them (all in the
+    rows, none in the frame), exactly `n_batches` batches."""
+    empty = pl.DataFrame(schema={"__row": pl.Int64})
+    rows: list[RawRow] = []
+    boundary, made = 1 + batch_lines, 0
+    for row in read_rows(path, max_line_bytes):
+        while row.number >= boundary and made < n_batches - 1:
+            yield empty, rows
+            rows, made, boundary = [], made + 1, boundary + batch_lines
+        rows.append(row)
+    while made < n_batches:
+        yield empty, rows
+        rows, made = [], made + 1
 
 
 def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
@@ -515,7 +554,12 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     `read_by_rows`: the rows the row reader read instead (JSON Lines: lines polars could read
     differently; CSV: records it cannot use), converted as the row path converts them. `jsonl`: a
     null in the frame is a key the line left out (unless marked written), not a value."""
-    candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
+    as_read = frame  # the rows as the file gives them (for the converter and the quarantine)
+    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
+    if fmt in ROW_CONVERTED:  # every row is the reference converter's
+        candidate = pl.repeat(True, frame.height, dtype=pl.Boolean, eager=True)
+    else:
+        candidate = frame.select(_candidates(frame.schema, fmt, id_column, max_text_bytes)).to_series()
     if fmt == "hh-rlhf":
         texts, refused = _split_hh(frame, candidate)
         candidate = candidate | refused
@@ -526,7 +570,7 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     accepted: list[dict[str, Any]] = []
     by_rows = {row.number: row.data for row in read_by_rows or ()}
     as_given = _as_written if jsonl else dict
-    for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in frame.filter(candidate).to_dicts())]:
+    for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in as_read.filter(candidate).to_dicts())]:
         if row.data is None:
             quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
@@ -565,7 +609,7 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     if mode == "source":
         kept, conflicting = _source_id_conflicts(kept, earlier)
         for number, row_id in conflicting:
-            data = by_rows.get(number) or as_given(frame.row(frame["__row"].search_sorted(number), named=True))
+            data = by_rows.get(number) or as_given(as_read.row(as_read["__row"].search_sorted(number), named=True))
             data.pop("__row", None)
             quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
                                                 f"id {row_id!r} already used for other content"))
