@@ -6,11 +6,11 @@
 
 For each size, `bench/realistic.py` writes UltraFeedback-binarized-shaped pairs (4 completions per
 prompt, shared chosen replies, canned refusals, injected faults with known ids) to Parquet once,
-and the same rows to JSON Lines (gzipped or not) for the other --formats (cached in --data-dir;
-writing is not timed). Then, per format, each in a fresh process, in this order:
+and the same rows to JSON Lines (gzipped, zstd or not), CSV or TSV for the other --formats (cached
+in --data-dir; writing is not timed). Then, per format, each in a fresh process, in this order:
 
-    read: polars     polars reads the same file: read_parquet, read_ndjson (of the gunzipped
-                     bytes for .gz)                                  (the yardstick)
+    read: polars     polars reads the same file: read_parquet, read_ndjson (of the decompressed
+                     bytes for .gz, .zst), read_csv (TSV: separator "\\t")   (the yardstick)
     read: datasets   python -c "datasets.Dataset.from_parquet(FILE)" (Parquet only)
     import           prefdata import FILE --name big
     check FILE       prefdata check FILE --json R --report-dir D
@@ -60,10 +60,28 @@ READ = {
         "polars": "import gzip, io, polars as pl, sys, time; t = time.perf_counter(); "
                   "f = pl.read_ndjson(io.BytesIO(gzip.open(sys.argv[1]).read())); print(time.perf_counter() - t, f.height)",
     },
+    "jsonl.zst": {
+        "polars": "import io, polars as pl, sys, time, zstandard; t = time.perf_counter(); "
+                  "f = pl.read_ndjson(io.BytesIO(zstandard.ZstdDecompressor().stream_reader(open(sys.argv[1], 'rb')).read())); "
+                  "print(time.perf_counter() - t, f.height)",
+    },
+    "csv": {
+        "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_csv(sys.argv[1]); "
+                  "print(time.perf_counter() - t, f.height)",
+    },
+    "tsv": {
+        "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_csv(sys.argv[1], separator='\\t'); "
+                  "print(time.perf_counter() - t, f.height)",
+    },
 }
 # Parquet -> the other formats, in a child (its memory is not the commands')
-CONVERT = ("import gzip, polars as pl, sys; f = pl.read_parquet(sys.argv[1]); out = sys.argv[2]; "
-           "open(out, 'wb').write(gzip.compress(f.write_ndjson().encode(), 6)) if out.endswith('.gz') else f.write_ndjson(out)")
+CONVERT = ("import gzip, polars as pl, sys; f = pl.read_parquet(sys.argv[1]); out = sys.argv[2]\n"
+           "if out.endswith('.gz'): open(out, 'wb').write(gzip.compress(f.write_ndjson().encode(), 6))\n"
+           "elif out.endswith('.zst'):\n"
+           "    import zstandard; open(out, 'wb').write(zstandard.ZstdCompressor(level=3).compress(f.write_ndjson().encode()))\n"
+           "elif out.endswith('.csv'): f.write_csv(out)\n"
+           "elif out.endswith('.tsv'): f.write_csv(out, separator='\\t')\n"
+           "else: f.write_ndjson(out)")
 
 
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> dict:
@@ -178,7 +196,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--formats", default="parquet", help="Comma-separated: parquet, jsonl, jsonl.gz.")
+    parser.add_argument("--formats", default="parquet", help="Comma-separated: " + ", ".join(READ) + ".")
     parser.add_argument("--data-dir", type=Path, default=REPO / ".prefdata" / "bench" / "realistic")
     parser.add_argument("--json", type=Path, help="Write every figure here.")
     args = parser.parse_args()
