@@ -1,5 +1,6 @@
 """Columnar import: a Parquet, JSON Lines, CSV or TSV file (the last three compressed or not) in the
-`trl` or `hh-rlhf` format, checked and given ids as whole columns.
+`trl` or `hh-rlhf` format, checked and given ids as whole columns (`trl-chat` rides the same batches
+with every row through its reference converter: ROW_CONVERTED).
 
 The row-by-row import (`importer.import_rows`) is the reference; this path gives the same kept
 rows, ids, quarantine reasons and row numbers (tests/test_import_columnar.py runs both on the same
