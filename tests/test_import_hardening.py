@@ -479,13 +479,18 @@ def test_a_zstd_bomb_line_is_quarantined_without_being_held(tmp_path):
     assert peak < 1024, f"peak RSS {peak} MB for a 400 MB line"
 
 
-def test_corrupt_zstd_data_is_one_clear_line(tmp_path):
+@pytest.mark.parametrize(("name", "rows"), [
+    ("cut.csv.zst", b"prompt,chosen,rejected\n" + b"q,a,b\n" * 100_000),
+    ("cut.jsonl.zst", b'{"prompt": "q", "chosen": "a", "rejected": "b"}\n' * 100_000),
+])
+def test_corrupt_zstd_data_is_one_clear_line(tmp_path, name, rows):
     import zstandard
 
-    data = zstandard.ZstdCompressor().compress(b"prompt,chosen,rejected\n" + b"q,a,b\n" * 100_000)
-    src = tmp_path / "cut.csv.zst"
+    data = zstandard.ZstdCompressor().compress(rows)
+    src = tmp_path / name
     src.write_bytes(data[: len(data) // 2] + b"\0" * 64 + data[len(data) // 2:])  # damaged in the middle
     done = subprocess.run([sys.executable, "-m", "prefdata", "import", str(src), "--out", str(tmp_path / "o.jsonl")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().count("\n") == 0 and "corrupt zstd data" in done.stderr and str(src) in done.stderr
+    assert "gzip" not in done.stderr

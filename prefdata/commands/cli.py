@@ -50,7 +50,7 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tr
 
 @app.command("import")
 def import_cmd(
-    src: Annotated[Path, typer.Argument(help="JSONL, JSON, CSV, TSV or Parquet file, gzipped or not.")],
+    src: Annotated[Path, typer.Argument(help="JSONL, JSON, CSV, TSV or Parquet file; JSONL, JSON, CSV and TSV also gzipped or zstd-compressed (.gz, .zst).")],
     format: Annotated[str, typer.Option("--format", "-f", help="auto, trl, trl-chat, hh-rlhf or comparisons.")] = "auto",
     votes: Annotated[Optional[Path], typer.Option(help="Long votes table: pair_id, annotator, vote (a|b|tie).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Write a draft version NAME@VERSION into the store.")] = None,
@@ -60,8 +60,9 @@ def import_cmd(
     max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = MAX_TEXT_BYTES,
     aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
                                                 "(weighted by each annotator's estimated quality).")] = "majority",
-    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet file of more rows than this goes into the "
-                                                 "store this many rows at a time (bounds memory).", min=1)] = BATCH_ROWS,
+    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet, JSON Lines, CSV or TSV file of more rows "
+                                                 "than this goes into the store this many rows at a time (bounds "
+                                                 "memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
@@ -314,8 +315,9 @@ def check(
     system_prompt: Annotated[Optional[str], typer.Option(help="template_fit: the system prompt the trainer puts first (default: the one NAME@VERSION's lineage records, else none).")] = None,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
-    batch_rows: Annotated[int, typer.Option(help="A Parquet file of more rows than this is checked this many rows "
-                                                 "at a time, from temporary shards (bounds memory).", min=1)] = BATCH_ROWS,
+    batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, CSV or TSV file of more rows than this is "
+                                                 "checked this many rows at a time, from temporary shards (bounds "
+                                                 "memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
     dask: Annotated[Optional[str], typer.Option(help="Run the checks that read every row (row-local ones, exact and "
                                                      "near duplicates, split isolation, agreement) on Dask: local:N "

@@ -44,7 +44,7 @@ from typing import Any
 import polars as pl
 
 from prefdata.base.errors import UnusableInput
-from prefdata.data.ndjson import EXPLICIT_NULL
+from prefdata.data.ndjson import EXPLICIT_NULL, as_written
 from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
 from prefdata.data.readers import (BOM, GZIP_MAGIC, ROW_BYTES_PER_TEXT_BYTE, RawRow, _open_data, file_kind,
                                    parquet_problem, read_rows, require_regular_file)
@@ -570,7 +570,7 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     quarantine: list[dict[str, Any]] = []
     accepted: list[dict[str, Any]] = []
     by_rows = {row.number: row.data for row in read_by_rows or ()}
-    as_given = _as_written if jsonl else dict
+    as_given = as_written if jsonl else dict
     for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in as_read.filter(candidate).to_dicts())]:
         if row.data is None:
             quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
@@ -622,13 +622,6 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
             not jsonl or _written(c, frame.filter(~candidate), accepted))] if kept.height else []
     quarantine.sort(key=lambda q: q["row"])
     return kept.select(*PAIR_COLUMNS, *present), quarantine
-
-
-def _as_written(data: dict[str, Any]) -> dict[str, Any]:
-    """A row of a JSON Lines frame as its line gave it: a null is a key the line left out, unless
-    the frame marks it written as null (ndjson.EXPLICIT_NULL)."""
-    written = {k[len(EXPLICIT_NULL):] for k, v in data.items() if k.startswith(EXPLICIT_NULL) and v}
-    return {k: v for k, v in data.items() if not k.startswith("__") and (v is not None or k in written)}
 
 
 def _written(column: str, frame: pl.DataFrame, accepted: list[dict[str, Any]]) -> bool:

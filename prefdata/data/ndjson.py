@@ -45,7 +45,9 @@ class _Oversized:
 
 
 def _corrupt(path: Path, exc: Exception) -> UnusableInput:
-    return UnusableInput(f"{path}: corrupt gzip data ({exc})")
+    """A compressed stream that breaks off: gzip's errors do not say what they are, zstd's
+    (readers._Zstd) do."""
+    return UnusableInput(f"{path}: {exc}" if str(exc).startswith("corrupt zstd") else f"{path}: corrupt gzip data ({exc})")
 
 
 def count_lines(path: Path) -> int:
