@@ -117,7 +117,10 @@ def _in_process_judge(identity: dict):
 def release_models() -> None:
     """Drop the models this process keeps for sampling and judging in process (kept between chunks and
     runs, since loading one per chunk would cost more than its work): a command that trains next gets
-    their memory back (the chat demo: about 0.6 GB, SmolLM2 in fp32 and its caches)."""
+    their memory back (the chat demo: about 0.6 GB, SmolLM2 in fp32 and its caches). The heap's
+    freed pages go back to the system too: glibc keeps them for reuse otherwise, and a process that
+    samples then trains would hold both peaks' memory."""
+    import ctypes
     import gc
 
     _local_sampler.cache_clear()
@@ -125,6 +128,10 @@ def release_models() -> None:
     with _IN_PROCESS_LOCK:
         _IN_PROCESS.clear()
     gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass
 
 
 def make_judge(identity: dict, runtime: dict):

@@ -151,6 +151,7 @@ def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Sta
                   say: Callable[[str], None]) -> Path:
     """The general SFT data the mixing run mixes in: the base model's replies to the sampled train
     prompts without their constraints (chat_world.replay)."""
+    from prefdata.flows.collect import release_models
     from prefdata.trainers.data import write_sft_file
     from prefdata.world.chat_world import replay
 
@@ -158,6 +159,7 @@ def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Sta
     with stages.stage("replay", f"general SFT data: the base model's replies to the {len(prompts)} train prompts "
                                 "without their constraints"):
         examples = replay(model, prompts)
+        release_models()  # the heap the replies used, before training
         say(f"      {len(examples)} examples -> {out_dir / 'general_sft.jsonl'}")
     return write_sft_file(out_dir / "general_sft.jsonl", examples)
 

@@ -9,6 +9,14 @@ is found by a cheap test that flags a superset of them (a line whose text merely
 `"prompt": 5` is flagged too, and read by the reference to the same result), so only flagged lines,
 a few per thousand in real files, pay for the row reader.
 
+Speed: a block of plain lines (none blank, over the limit or starting with a space) is parsed as the
+file holds it, never split into Python objects (Arrow splits it for the tests, polars parses it),
+and with the columns polars inferred for the block before declared (_Declared): told its columns,
+polars parses ~3x faster than when it infers them from every line. What a declaration cannot hold (a
+value of another type, a key it does not name) sends the block back to inference; a column typed
+differently in two blocks of a batch sends the minority's rows to the reference (_joined), so a
+quarantined row shows its values as its line wrote them.
+
 Memory: the file is read a block at a time (BLOCK_BYTES); a line over `max_line_bytes` is never held
 whole (a `row_too_large` row); a batch holds the parsed frames of its blocks, not their bytes.
 """
