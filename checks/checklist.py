@@ -187,6 +187,30 @@ def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
             pool.shutdown(wait=True)
 
 
+
+def run_checklist_on_dask(inputs: CheckInputs, config: dict[str, Any] | None = None, only: list[str] | None = None,
+                          partition_rows: int = 250_000) -> list[CheckResult]:
+    """run_checklist with the checks that read every row (prefdata.checks.distributed.ON_DASK) run on
+    the current Dask client, the others here (on the thin frame of a sharded input): the same results,
+    in registry order, each check's waiver, error and `seconds` handled as run_checklist handles them."""
+    from .distributed import ON_DASK, run_on_dask
+
+    config = config or default_config()
+    wanted = [c for c in CHECKS if only is None or c in only]
+    results: dict[str, list[CheckResult]] = {c: [] for c in wanted}
+    for result in run_checklist(inputs, config, only=[c for c in wanted if c not in ON_DASK]):
+        results[result.id if result.id in results else result.id.split(".")[0]].append(result)  # gx.RULE
+    running = []
+    for c in (c for c in wanted if c in ON_DASK):
+        waived = (config["checks"].get(c) or {}).get("waive")
+        if waived:
+            results[c] = [CheckResult(c, "skip", message=f"waived: {waived}", details={"waived": True})]
+        else:
+            running.append(c)
+    if running:
+        results.update(run_on_dask(inputs, config, running, _run_one, partition_rows))
+    return [r for c in wanted for r in results[c]]
+
 def strictly(results: list[CheckResult]) -> list[CheckResult]:
     """--strict: a check that could not run fails (a waived one, a recorded decision, does not)."""
     return [

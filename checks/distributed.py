@@ -44,7 +44,7 @@ import inspect
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import polars as pl
@@ -603,47 +603,30 @@ def _run_compared(check_id: str, pairs: Any, params: dict[str, Any], eval_ddf: A
     return agreement(votes, **params)
 
 
-def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
-                  only: list[str] | None = None, partition_rows: int = 250_000) -> list[CheckResult]:
-    """checklist.py `run_checklist` with the checks of ON_DASK run on the current Dask client over
-    the pairs of `inputs` (`pairs_frame`), the others as run_checklist runs them (on the thin frame
-    of a sharded input): the same results, in registry order, each check's waiver, error (a check
-    that raises reports `error`) and `seconds` handled as it handles them."""
-    from .checklist import _run_one, default_config
-    from .checklist import run_checklist as run_here
-
-    config = config or default_config()
-    wanted = [c for c in CHECKS if only is None or c in only]
-    here = [c for c in wanted if c not in ON_DASK]
-    results: dict[str, list[CheckResult]] = {c: [] for c in wanted}
-    for result in run_here(inputs, config, only=here):  # gx's results are named gx.RULE
-        results[result.id if result.id in results else result.id.split(".")[0]].append(result)
-    dask_ids = [c for c in wanted if c in ON_DASK]
-    waived = {c: (config["checks"].get(c) or {}).get("waive") for c in dask_ids}
-    for c in dask_ids:
-        if waived[c]:
-            results[c] = [CheckResult(c, "skip", message=f"waived: {waived[c]}", details={"waived": True})]
-    running = [c for c in dask_ids if not waived[c]]
-    if running:
-        ddf, eval_ddf = pairs_frame(inputs, partition_rows)
-        checks = config["checks"]
-        lost = lost_for(inputs, "degenerate_pairs")
-        rows = [c for c in running if c in ROW_LOCAL]
-        started = time.perf_counter()
-        try:  # the row-local checks in one pass over the partitions; their time is shared
-            computed = row_local(ddf, rows, checks, inputs.comparisons, lost) if rows else {}
-        except Exception as exc:
-            computed = {c: CheckResult(c, "error", message=f"{type(exc).__name__}: {exc}".splitlines()[0]) for c in rows}
-        seconds = round(time.perf_counter() - started, 3)
-        for c in rows:
-            computed[c].details.setdefault("seconds", seconds)
-            results[c] = [computed[c]]
-        pairs = _Pairs(ddf) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(running) else None
-        for c in running:
-            if c not in ROW_LOCAL:
-                results[c] = _run_one(c, lambda **p: _run_compared(c, pairs, p, eval_ddf, inputs.votes),  # noqa: B023
-                                      lambda _i: {}, _params(checks.get(c)), inputs)
-    return [r for c in wanted for r in results[c]]
+def run_on_dask(inputs: CheckInputs, config: dict[str, Any], check_ids: list[str], run_one: Callable[..., list],
+                partition_rows: int = 250_000) -> dict[str, list[CheckResult]]:
+    """The checks `check_ids` (of ON_DASK, none waived) on the current Dask client over the pairs of
+    `inputs` (`pairs_frame`), each as a list of results as checklist.py's `run_checklist_on_dask`
+    takes them; `run_one` is checklist.py's (a check that raises reports `error`; its seconds)."""
+    ddf, eval_ddf = pairs_frame(inputs, partition_rows)
+    checks = config["checks"]
+    results: dict[str, list[CheckResult]] = {}
+    rows = [c for c in check_ids if c in ROW_LOCAL]
+    started = time.perf_counter()
+    try:  # the row-local checks in one pass over the partitions; their time is shared
+        computed = row_local(ddf, rows, checks, inputs.comparisons, lost_for(inputs, "degenerate_pairs")) if rows else {}
+    except Exception as exc:
+        computed = {c: CheckResult(c, "error", message=f"{type(exc).__name__}: {exc}".splitlines()[0]) for c in rows}
+    seconds = round(time.perf_counter() - started, 3)
+    for c in rows:
+        computed[c].details.setdefault("seconds", seconds)
+        results[c] = [computed[c]]
+    pairs = _Pairs(ddf) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(check_ids) else None
+    for c in check_ids:
+        if c not in ROW_LOCAL:
+            results[c] = run_one(c, lambda **p: _run_compared(c, pairs, p, eval_ddf, inputs.votes),  # noqa: B023
+                                 lambda _i: {}, _params(checks.get(c)), inputs)
+    return results
 
 
 def _read_shard(path: str, fs: Any = None, rows: int | None = None) -> Any:

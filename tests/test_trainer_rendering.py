@@ -259,7 +259,7 @@ def test_train_takes_chat_and_system_prompt_from_the_command_line(tiny_llama, tm
     command = [sys.executable, "-m", "prefdata", "train", "dpo", plain, "--base-model", str(tiny_llama),
                "--output-dir", str(tmp_path / "refused")]
     for extra, code, needle in ((["--chat", "true"], 1, "was rendered as plain text"),
-                                (["--chat", "maybe"], 2, "--chat 'maybe': choose auto, true or false")):
+                                (["--chat", "maybe"], 2, "--chat 'maybe': not one of auto, true, false")):
         out = subprocess.run(command + extra, capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == code, out.stderr[-2000:]
         assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr

@@ -388,7 +388,7 @@ def chat_option(value: str) -> str:
     try:
         return chat_mode(value)
     except ValueError:
-        raise UnusableInput(f"--chat {value!r}: choose auto, true or false") from None
+        raise UnusableInput(f"--chat {value!r}: not one of auto, true, false (on/off and yes/no work too)") from None
 
 
 def _check_rendering(tokenizer, chat: str, system_prompt: str | None, lineage: dict | None):

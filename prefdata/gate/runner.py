@@ -242,10 +242,11 @@ def run_gate(inputs, config: dict[str, Any], *, strict: bool = False, report_dir
     if dask is None:
         results = run_checklist(inputs, config)
     else:
-        from prefdata.checks.distributed import connect, run_checklist as run_on_dask
+        from prefdata.checks.checklist import run_checklist_on_dask
+        from prefdata.checks.distributed import connect
 
         with connect(dask):  # the cluster is up only while the checks run
-            results = run_on_dask(inputs, config)
+            results = run_checklist_on_dask(inputs, config)
     if strict or config.get("strict"):
         results = strictly(results)
     passed = gate(results)
