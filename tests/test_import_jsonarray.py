@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
+from test_import_hardening import _import_with_peak
 
 from prefdata.base.errors import UnusableInput
 from prefdata.data import readers
@@ -79,7 +78,7 @@ def test_the_shapes_of_a_json_file(tmp_path, content, expected):
     ('[{"prompt": "q"}] [1]', "more text after the array"),
     ('{"data": [], "data": []}', "repeated key 'data'"),
     ("12", "must hold an array of rows"),
-    ('[{"prompt": "q", "chosen": tru}, ' + json.dumps(GOOD) * 0 + '{"a": 1}]', r"not valid JSON \(Expecting value at line 1"),
+    ('[{"prompt": "q", "chosen": tru}, {"a": 1}]', r"not valid JSON \(Expecting value at line 1"),
 ])
 def test_a_broken_json_document_is_one_clear_error(tmp_path, content, message):
     path = tmp_path / "bad.json"
@@ -87,19 +86,6 @@ def test_a_broken_json_document_is_one_clear_error(tmp_path, content, message):
     with pytest.raises(UnusableInput, match=message) as info:
         list(read_rows(path))
     assert str(path) in str(info.value) and "\n" not in str(info.value)
-
-
-_PEAK = """
-import sys
-from prefdata.commands.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as done:
-    code = done.code
-peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(f"peak_rss_mb {peak_kb // 1024}", file=sys.stderr)
-sys.exit(code)
-"""
 
 
 @pytest.mark.parametrize("name", ["bomb.json.gz", "long.json"])
@@ -114,9 +100,7 @@ def test_a_huge_json_element_is_quarantined_without_being_held(tmp_path, name):
         for _ in range(size >> 20):
             handle.write(block)
         handle.write(b'", "chosen": "4", "rejected": "5"}, ' + json.dumps({**GOOD, "rejected": "6"}).encode() + b"]")
-    done = subprocess.run([sys.executable, "-c", _PEAK, "import", str(src), "--out", str(tmp_path / "o.jsonl")],
-                          capture_output=True, text=True, timeout=600)
-    peak = int(done.stderr.rsplit("peak_rss_mb ", 1)[1].split()[0])
+    done, peak = _import_with_peak(src, tmp_path / "o.jsonl")
     assert done.returncode == 0, done.stderr
     assert "read 3 = kept 2 + quarantined 1" in done.stdout
     [entry] = [json.loads(line) for line in (tmp_path / "o.quarantine.jsonl").read_text().splitlines()]
