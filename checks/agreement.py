@@ -3,12 +3,17 @@
 Small numpy implementations, checked against published values (tests/test_agreement.py). A
 missing rating (None, NaN, null) is always *missing*: it never becomes a category of its own
 (NLTK's AnnotationTask gets this wrong), and a unit left with fewer than two ratings drops out.
+
+The agreement check works from counts over pairs (`vote_stats`), which add up exactly over tables
+that share no pair (`merge_vote_stats`): checks/distributed.py runs it on Dask with the votes
+shuffled on pair id, and gets the one-process result.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
@@ -18,7 +23,8 @@ import polars as pl
 from prefdata.checks.base import CheckResult, default, skip
 from prefdata.data.records import VOTE_VALUES
 # how votes become labels lives with the data (the importer aggregates with it); re-exported here
-from prefdata.data.votes import DS_MAX_ITERATIONS, DS_TOLERANCE, dawid_skene, dawid_skene_labels, majority_labels  # noqa: F401
+from prefdata.data.votes import (DS_MAX_ITERATIONS, DS_TOLERANCE, dawid_skene, dawid_skene_fit,  # noqa: F401
+                                 dawid_skene_labels, majority_labels, vote_patterns)
 
 CHECK_ID = "agreement"
 # Seed checklist item 4: pairs labelled by several annotators separately, "IAA >= 0.6". This
@@ -82,14 +88,21 @@ def krippendorff_alpha(reliability_data: Any, level: str = "nominal") -> float:
 
     Returns NaN when alpha is undefined: no unit has two values, or all values are the same.
     """
+    values, counts = _unit_counts(reliability_data)
+    return _alpha(values, counts, np.ones(len(counts)), level)
+
+
+def _alpha(values: np.ndarray, counts: np.ndarray, units: np.ndarray, level: str) -> float:
+    """Alpha from units x values counts, a row standing for `units` units with those counts (the
+    agreement check passes each distinct row once, with how many pairs have it)."""
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose one of {LEVELS}")
-    values, counts = _unit_counts(reliability_data)
-    counts = counts[counts.sum(axis=1) >= 2]  # a unit with one value cannot be paired
+    pairable = counts.sum(axis=1) >= 2  # a unit with one value cannot be paired
+    counts, units = counts[pairable], units[pairable]
     if counts.size == 0:
         return math.nan
     # Coincidence matrix: a unit with m values adds its m(m-1) ordered pairs, each weighted 1/(m-1).
-    weighted = counts / (counts.sum(axis=1) - 1)[:, None]
+    weighted = counts * units[:, None] / (counts.sum(axis=1) - 1)[:, None]
     o = counts.T @ weighted - np.diag(weighted.sum(axis=0))
     n_c = o.sum(axis=1)
     n = n_c.sum()
@@ -100,17 +113,19 @@ def krippendorff_alpha(reliability_data: Any, level: str = "nominal") -> float:
     return float(1.0 - (n - 1) * (o * delta).sum() / expected)
 
 
-def fleiss_kappa(counts: Any) -> float:
-    """Fleiss' kappa of a units x categories count matrix; every unit needs the same number of raters."""
+def fleiss_kappa(counts: Any, units: Any = None) -> float:
+    """Fleiss' kappa of a units x categories count matrix; every unit needs the same number of raters.
+    `units`: how many units each row stands for (default one each)."""
     table = np.asarray(counts, dtype=float)
     raters = table.sum(axis=1)
     if table.ndim != 2 or len(table) == 0 or not np.all(raters == raters[0]) or raters[0] < 2:
         raise ValueError("Fleiss' kappa needs >= 2 raters on every unit, the same number on each")
+    weight = np.ones(len(table)) if units is None else np.asarray(units, dtype=float)
     n = raters[0]
-    p_j = table.sum(axis=0) / table.sum()
+    p_j = weight @ table / (weight @ raters)
     p_i = ((table**2).sum(axis=1) - n) / (n * (n - 1))  # agreeing rater pairs per unit
     p_e = (p_j**2).sum()
-    return math.nan if p_e == 1 else float((p_i.mean() - p_e) / (1 - p_e))
+    return math.nan if p_e == 1 else float((weight @ p_i / weight.sum() - p_e) / (1 - p_e))
 
 
 def _confusion(r1: Any, r2: Any, categories: Any) -> np.ndarray:
@@ -133,7 +148,11 @@ def cohen_kappa(r1: Any, r2: Any, weights: str | None = None, categories: Any = 
     """
     if weights not in _WEIGHTS:
         raise ValueError(f"unknown weights {weights!r}; choose one of {_WEIGHTS}")
-    counts = _confusion(r1, r2, categories)
+    return _kappa(_confusion(r1, r2, categories), weights)
+
+
+def _kappa(counts: np.ndarray, weights: str | None = None) -> float:
+    """Cohen's kappa of a confusion table (rater 1 x rater 2 counts, categories in scale order)."""
     observed = counts / max(counts.sum(), 1)
     expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
     gap = np.abs(np.subtract.outer(np.arange(len(observed)), np.arange(len(observed)))).astype(float)
@@ -158,40 +177,155 @@ def cohen_kappa_se(r1: Any, r2: Any, categories: Any = None) -> float:
     return float(math.sqrt((on + off - (kappa - p_e * (1 - kappa)) ** 2) / ((1 - p_e) ** 2 * n)))
 
 
-def votes_matrix(votes: pl.DataFrame) -> tuple[list[Any], list[Any], np.ndarray]:
-    """Long votes (pair_id, annotator, vote) -> (annotators, pair_ids, annotators x pairs matrix).
+def _coded(votes: pl.DataFrame, rows: pl.Series | None = None) -> tuple[pl.DataFrame, set[str], tuple | None]:
+    """The votes given (null and NaN votes left out: missing) with `code`, the vote as a number, and
+    `_row`, the vote's row in the whole table (`rows`; default its row here); and what makes them
+    unusable: the vote strings that are not a/b/tie, and the first row (row, pair_id, annotator) of
+    an annotator who voted a pair twice, an error, not something to average away.
 
     a/b/tie become b=0 < tie=1 < a=2 (so ordinal and interval levels make sense); numeric votes,
-    e.g. a 1-5 scale, keep their values. NaN marks a missing vote. A pair voted twice by the same
-    annotator is an error, not something to average away.
-    """
-    votes = votes.select("pair_id", "annotator", "vote").drop_nulls("vote")
-    if not votes.schema["vote"].is_numeric():
-        votes = votes.with_columns(pl.col("vote").cast(pl.String))
-        unknown = set(votes["vote"].unique().to_list()) - set(VOTE_VALUES)
-        if unknown:
-            raise ValueError(f"votes must be one of {VOTE_VALUES} or numbers, got {sorted(unknown)}")
-        votes = votes.with_columns(pl.col("vote").replace_strict(VOTE_CODES, return_dtype=pl.Float64))
-    repeated = votes.filter(pl.struct("pair_id", "annotator").is_duplicated())
-    if repeated.height:
-        raise ValueError(f"annotator voted twice on the same pair: {repeated.row(0)[:2]}")
+    e.g. a 1-5 scale, keep their values."""
+    frame = votes.select("pair_id", "annotator", "vote").with_columns(
+        _row=rows if rows is not None else pl.int_range(pl.len(), dtype=pl.Int64))
+    numeric = frame.schema["vote"].is_numeric()
+    if frame.schema["vote"].is_float():
+        frame = frame.with_columns(pl.col("vote").fill_nan(None))
+    frame = frame.drop_nulls("vote")
+    unknown: set[str] = set()
+    if numeric:
+        frame = frame.with_columns(code=pl.col("vote").cast(pl.Float64))
+    else:
+        frame = frame.with_columns(pl.col("vote").cast(pl.String))
+        unknown = set(frame["vote"].unique().to_list()) - set(VOTE_VALUES)
+        frame = frame.with_columns(code=pl.col("vote").replace_strict(VOTE_CODES, default=None, return_dtype=pl.Float64))
+    twice = frame.filter(pl.struct("pair_id", "annotator").is_duplicated())
+    repeated = twice.sort("_row").select("_row", "pair_id", "annotator").row(0) if twice.height else None
+    return frame, unknown, repeated
+
+
+def _raise_if_malformed(unknown: set[str], repeated: tuple | None) -> None:
+    if unknown:
+        raise ValueError(f"votes must be one of {VOTE_VALUES} or numbers, got {sorted(unknown)}")
+    if repeated is not None:
+        raise ValueError(f"annotator voted twice on the same pair: {repeated[1:]}")
+
+
+def votes_matrix(votes: pl.DataFrame) -> tuple[list[Any], list[Any], np.ndarray]:
+    """Long votes (pair_id, annotator, vote) -> (annotators, pair_ids, annotators x pairs matrix):
+    a/b/tie as b=0 < tie=1 < a=2, numbers as they are, NaN for a missing vote (`_coded`)."""
+    votes, unknown, repeated = _coded(votes)
+    _raise_if_malformed(unknown, repeated)
     annotators = sorted(votes["annotator"].unique().to_list())
     pair_ids = sorted(votes["pair_id"].unique().to_list())
     rows = votes["annotator"].replace_strict(annotators, list(range(len(annotators)))).to_numpy()
     cols = votes["pair_id"].replace_strict(pair_ids, list(range(len(pair_ids)))).to_numpy()
     matrix = np.full((len(annotators), len(pair_ids)), np.nan)
-    matrix[rows, cols] = votes["vote"].cast(pl.Float64).to_numpy()
+    matrix[rows, cols] = votes["code"].to_numpy()
     return annotators, pair_ids, matrix
+
+
+# -- the check's sufficient statistics ---------------------------------------------------------------------
+#
+# Everything the agreement check reports is a function of counts over pairs: alpha, Fleiss' kappa,
+# raw agreement and the commonest vote of how many pairs have each vote profile; Cohen's kappas of
+# confusion counts; majority agreement of per-annotator counts; Dawid-Skene of the histogram of vote
+# patterns. Counts of tables that share no pair add up, exactly, to their union's: a votes table split
+# by pair id (a Dask shuffle, checks/distributed.py) gives the very statistics of the whole table, and
+# so the very result. check_agreement is that with one part.
+
+
+@dataclass
+class VoteStats:
+    numeric: bool                                             # the votes are numbers (else a/b/tie)
+    annotators: set = field(default_factory=set)              # who gave a vote
+    unknown: set = field(default_factory=set)                 # vote strings that are not a/b/tie
+    repeated: tuple | None = None                             # the first (row, pair_id, annotator) voted twice
+    profiles: Counter = field(default_factory=Counter)        # ((value, votes), ...) -> pairs, pairs of >= 2 votes
+    disagreeing: list = field(default_factory=list)           # sorted ids of pairs whose votes differ
+    confusions: Counter = field(default_factory=Counter)      # (annotator1, annotator2, vote1, vote2) -> pairs
+    matched: Counter = field(default_factory=Counter)         # annotator -> votes equal to their pair's majority
+    scored: Counter = field(default_factory=Counter)          # annotator -> votes on pairs with a majority
+    patterns: Counter = field(default_factory=Counter)        # Dawid-Skene's histogram (votes.vote_patterns)
+
+
+def vote_stats(votes: pl.DataFrame, rows: pl.Series | None = None) -> VoteStats:
+    """The agreement check's statistics of `votes` (pair_id, annotator, vote), which must hold every
+    vote of each of its pairs. `rows`: each vote's row in the whole table, so that the first repeated
+    vote is named as one process names it (default: its row here)."""
+    coded, unknown, repeated = _coded(votes, rows)
+    stats = VoteStats(numeric=votes.schema["vote"].is_numeric(), unknown=unknown, repeated=repeated)
+    if unknown or repeated is not None:
+        return stats  # nothing to count: agreement_result names what is wrong
+    stats.annotators = set(coded["annotator"].unique().to_list())
+    counted = coded.group_by("pair_id", "code").len("k")  # per pair, how many gave each vote
+    per_pair = counted.sort("code").group_by("pair_id", maintain_order=True).agg("code", "k", m=pl.col("k").sum())
+    pairable = per_pair.filter(pl.col("m") >= 2)
+    for codes, ks, n in pairable.group_by("code", "k").len().iter_rows():
+        stats.profiles[tuple(sorted(zip(codes, ks)))] += n
+    stats.disagreeing = sorted(per_pair.filter(pl.col("code").list.len() > 1)["pair_id"].to_list())
+    # majority agreement: each vote against its pair's majority (more than half), where there is one
+    winners = counted.join(pairable.select("pair_id", "m"), on="pair_id").filter(pl.col("k") * 2 > pl.col("m"))
+    scored = coded.join(winners.select("pair_id", label="code"), on="pair_id").group_by("annotator").agg(
+        matched=(pl.col("code") == pl.col("label")).sum(), scored=pl.len())
+    for annotator, matched, n in scored.iter_rows():
+        stats.matched[annotator] += matched
+        stats.scored[annotator] += n
+    # Cohen's kappa: for every two annotators, the votes they gave the pairs both voted on. Each two
+    # votes once, in whichever order the frame compares annotators (_pairwise_kappas reads both)
+    given = coded.select("pair_id", "annotator", "code")
+    both = given.join(given, on="pair_id", suffix="_2").filter(pl.col("annotator") < pl.col("annotator_2"))
+    for a1, a2, c1, c2, n in both.group_by("annotator", "annotator_2", "code", "code_2").len().iter_rows():
+        stats.confusions[(a1, a2, c1, c2)] += n
+    stats.patterns = vote_patterns(coded)
+    return stats
+
+
+def merge_vote_stats(parts: list[VoteStats]) -> VoteStats:
+    """The statistics of tables that share no pair (e.g. the partitions of votes shuffled on pair id)
+    as their union's: counts add and sets unite, exactly; the first repeated vote is the earliest."""
+    merged = VoteStats(numeric=parts[0].numeric)
+    for part in parts:
+        merged.annotators |= part.annotators
+        merged.unknown |= part.unknown
+        if part.repeated is not None and (merged.repeated is None or part.repeated < merged.repeated):
+            merged.repeated = part.repeated
+        for total, counts in ((merged.profiles, part.profiles), (merged.confusions, part.confusions),
+                              (merged.matched, part.matched), (merged.scored, part.scored),
+                              (merged.patterns, part.patterns)):
+            total.update(counts)  # adds; keeps zero counts (Counter + would drop them)
+        merged.disagreeing.extend(part.disagreeing)
+    merged.disagreeing.sort()
+    return merged
+
+
+def _usable(votes: pl.DataFrame) -> VoteStats:
+    stats = vote_stats(votes)
+    _raise_if_malformed(stats.unknown, stats.repeated)
+    return stats
+
+
+def _profile_table(profiles: Counter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted vote values, profiles x values vote counts, pairs with each profile), profiles in
+    sorted order: the same profiles give the same arrays, however their counts were summed."""
+    keys = sorted(profiles)
+    values = sorted({v for key in keys for v, _ in key})
+    at = {v: k for k, v in enumerate(values)}
+    table = np.zeros((len(keys), len(values)), dtype=np.int64)
+    for row, key in enumerate(keys):
+        for value, n in key:
+            table[row, at[value]] = n
+    return np.array(values, dtype=float), table, np.array([profiles[k] for k in keys], dtype=np.int64)
 
 
 def majority_agreement(votes: pl.DataFrame) -> dict[str, float]:
     """Share of each annotator's votes that match the majority label, on pairs with >= 2 votes and a
     majority. Not leave-one-out: the annotator's own vote counts toward the majority, which flatters
     everyone a little (most with 2-3 voters), but equally, so it still ranks annotators."""
-    majority = majority_labels(votes).filter((pl.col("n_votes") >= 2) & pl.col("label").is_not_null())
-    scored = votes.drop_nulls("vote").join(majority, on="pair_id")
-    per = scored.group_by("annotator").agg((pl.col("vote") == pl.col("label")).mean().alias("share"))
-    return {str(a): float(s) for a, s in sorted(per.iter_rows())}
+    return _majority_shares(_usable(votes))
+
+
+def _majority_shares(stats: VoteStats) -> dict[str, float]:
+    return {str(a): stats.matched[a] / stats.scored[a] for a in sorted(stats.scored)}
 
 
 # -- annotator quality: Dawid & Skene (1979) -------------------------------------------------------------
@@ -210,7 +344,11 @@ def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_
     """[{annotator, quality, n_votes, flagged}] by Dawid-Skene quality. Flagged: at least
     `min_annotator_votes` votes and a quality below `min_annotator_quality`, or more than
     `max_quality_gap` below the median quality of all annotators."""
-    model = dawid_skene(votes)
+    return _quality(dawid_skene(votes), max_quality_gap, min_annotator_quality, min_annotator_votes)
+
+
+def _quality(model: dict[str, Any], max_quality_gap: float, min_annotator_quality: float,
+             min_annotator_votes: int) -> list[dict[str, Any]]:
     median = float(np.median(list(model["quality"].values())))
     return [
         {"annotator": a, "quality": round(q, 4), "n_votes": model["n_votes"][a],
@@ -223,32 +361,47 @@ def annotator_quality(votes: pl.DataFrame, max_quality_gap: float = DEFAULT_MAX_
 def pairwise_cohen_kappa(votes: pl.DataFrame) -> dict[str, float | None]:
     """Unweighted Cohen's kappa for every two annotators on the pairs both voted on, keyed "a1|a2".
     None where it is undefined (no shared pairs, or only one label used between them)."""
-    annotators, _, matrix = votes_matrix(votes)
+    stats = _usable(votes)
+    return _pairwise_kappas(sorted(stats.annotators), stats.confusions)
+
+
+def _pairwise_kappas(annotators: list[Any], confusions: Counter) -> dict[str, float | None]:
+    cells: dict[tuple[Any, Any], list[tuple[float, float, int]]] = defaultdict(list)
+    for (a1, a2, v1, v2), n in confusions.items():
+        if a1 < a2:
+            cells[(a1, a2)].append((v1, v2, n))
+        else:
+            cells[(a2, a1)].append((v2, v1, n))
     result: dict[str, float | None] = {}
-    for i, j in combinations(range(len(annotators)), 2):
-        kappa = cohen_kappa(matrix[i].tolist(), matrix[j].tolist())
-        result[f"{annotators[i]}|{annotators[j]}"] = None if math.isnan(kappa) else kappa
+    for a1, a2 in combinations(annotators, 2):
+        shared = cells.get((a1, a2), [])
+        # the categories either of the two used (cohen_kappa's default), so equal counts, equal kappa
+        at = {c: k for k, c in enumerate(sorted({c for v1, v2, _ in shared for c in (v1, v2)}))}
+        table = np.zeros((len(at), len(at)))
+        for v1, v2, n in shared:
+            table[at[v1], at[v2]] += n
+        kappa = _kappa(table)
+        result[f"{a1}|{a2}"] = None if math.isnan(kappa) else kappa
     return result
 
 
-def percent_agreement(pairable: np.ndarray) -> float:
-    """Raw agreement: of all pairs of votes given on the same pair (annotators x pairs, NaN missing),
-    the share that agree. No correction for chance, unlike alpha and kappa."""
-    agree = total = 0
-    for unit in pairable.T:
-        values = unit[~np.isnan(unit)]
-        m = len(values)
-        _, counts = np.unique(values, return_counts=True)
-        agree += int((counts * (counts - 1)).sum())
-        total += m * (m - 1)
+def percent_agreement(counts: np.ndarray, units: np.ndarray | None = None) -> float:
+    """Raw agreement: of all pairs of votes given on the same pair, the share that agree. `counts`:
+    pairs x vote values, a row standing for `units` pairs (default one). No correction for chance,
+    unlike alpha and kappa."""
+    counts = np.asarray(counts, dtype=np.int64)
+    units = np.ones(len(counts), dtype=np.int64) if units is None else units
+    m = counts.sum(axis=1)
+    agree, total = int(units @ (counts * (counts - 1)).sum(axis=1)), int(units @ (m * (m - 1)))
     return agree / total if total else math.nan
 
 
-def majority_vote_share(pairable: np.ndarray) -> tuple[float, float]:
-    """(the commonest vote value, its share of all votes) on the pairs with two votes or more."""
-    values, counts = np.unique(pairable[~np.isnan(pairable)], return_counts=True)
-    top = int(counts.argmax())
-    return float(values[top]), float(counts[top] / counts.sum())
+def majority_vote_share(values: np.ndarray, counts: np.ndarray, units: np.ndarray) -> tuple[float, float]:
+    """(the commonest vote value, its share of all votes): `counts` pairs x `values`, a row standing
+    for `units` pairs."""
+    totals = units @ counts
+    top = int(totals.argmax())
+    return float(values[top]), float(totals[top] / totals.sum())
 
 
 def prevalence_note(alpha: float, threshold: float, raw: float, top_share: float, top_vote: str) -> str:
@@ -263,8 +416,7 @@ def prevalence_note(alpha: float, threshold: float, raw: float, top_share: float
 
 def disagreeing_pairs(votes: pl.DataFrame) -> list[Any]:
     """Sorted ids of pairs whose voters did not all give the same vote."""
-    split = votes.drop_nulls("vote").group_by("pair_id").agg(pl.col("vote").n_unique().alias("k"))
-    return sorted(split.filter(pl.col("k") > 1)["pair_id"].to_list())
+    return _usable(votes).disagreeing
 
 
 def check_agreement(
@@ -281,28 +433,44 @@ def check_agreement(
     """
     if votes is None or votes.height == 0:
         return skip(CHECK_ID, "no annotator votes", threshold)
-    annotators, _, matrix = votes_matrix(votes)
-    n_votes = (~np.isnan(matrix)).sum(axis=0)
-    pairable = matrix[:, n_votes >= 2]
-    if pairable.shape[1] == 0:
+    return agreement_result(vote_stats(votes), threshold, level, max_quality_gap, min_annotator_quality,
+                            min_annotator_votes)
+
+
+def agreement_result(
+    stats: VoteStats, threshold: float = DEFAULT_THRESHOLD, level: str = DEFAULT_LEVEL,
+    max_quality_gap: float = DEFAULT_MAX_QUALITY_GAP, min_annotator_quality: float = DEFAULT_MIN_ANNOTATOR_QUALITY,
+    min_annotator_votes: int = DEFAULT_MIN_ANNOTATOR_VOTES,
+) -> CheckResult:
+    """check_agreement's result from the votes' statistics (`vote_stats` of the table, or
+    `merge_vote_stats` of its parts): equal statistics give an equal result, float for float."""
+    _raise_if_malformed(stats.unknown, stats.repeated)
+    if not stats.profiles:
         return skip(CHECK_ID, "no pair was labelled by two or more annotators", threshold)
-    alpha = krippendorff_alpha(pairable, level)
+    values, counts, units = _profile_table(stats.profiles)
+    alpha = _alpha(values, counts, units, level)
     if math.isnan(alpha):
         return skip(CHECK_ID, "alpha is undefined: every vote on shared pairs is the same", threshold)
 
-    modal = max(Counter(n_votes[n_votes >= 2].tolist()).items(), key=lambda kv: (kv[1], kv[0]))[0]
-    _, counts = _unit_counts(matrix[:, n_votes == modal])
-    fleiss = fleiss_kappa(counts)
-    offending = tuple(str(p) for p in disagreeing_pairs(votes))
+    raters = counts.sum(axis=1)
+    pairs_by_raters: Counter = Counter()
+    for m, n in zip(raters.tolist(), units.tolist()):
+        pairs_by_raters[m] += n
+    modal = max(pairs_by_raters.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    rows = raters == modal
+    given = counts[rows].sum(axis=0) > 0  # the values the modal pairs were given: Fleiss' categories
+    fleiss = fleiss_kappa(counts[rows][:, given], units[rows])
+    offending = tuple(str(p) for p in stats.disagreeing)
     status = "fail" if alpha < threshold else "pass"
-    quality = annotator_quality(votes, max_quality_gap, min_annotator_quality, min_annotator_votes)
+    quality = _quality(dawid_skene_fit(stats.patterns), max_quality_gap, min_annotator_quality, min_annotator_votes)
     flagged = [q["annotator"] for q in quality if q["flagged"]]
-    raw = percent_agreement(pairable)
-    top_code, top_share = majority_vote_share(pairable)
-    numeric = votes.schema["vote"].is_numeric()
-    top_vote = f"{top_code:g}" if numeric else next(v for v, code in VOTE_CODES.items() if code == top_code)
+    raw = percent_agreement(counts, units)
+    top_code, top_share = majority_vote_share(values, counts, units)
+    top_vote = f"{top_code:g}" if stats.numeric else next(v for v, code in VOTE_CODES.items() if code == top_code)
+    annotators = sorted(stats.annotators)
+    n_pairs = int(units.sum())
     message = (
-        f"Krippendorff's alpha ({level}) {alpha:.3f} over {pairable.shape[1]} pairs by "
+        f"Krippendorff's alpha ({level}) {alpha:.3f} over {n_pairs} pairs by "
         f"{len(annotators)} annotators ({'below' if status == 'fail' else 'at or above'} "
         f"{threshold}); raw agreement {raw:.0%}, commonest vote {top_vote!r} {top_share:.0%}; "
         f"{len(offending)} pairs with disagreement"
@@ -314,15 +482,15 @@ def check_agreement(
         details={
             "level": level,
             "fleiss_kappa": None if math.isnan(fleiss) else fleiss,
-            "fleiss_n_pairs": int(counts.shape[0]),
+            "fleiss_n_pairs": int(units[rows].sum()),
             "fleiss_n_raters": int(modal),
-            "cohen_kappa": pairwise_cohen_kappa(votes),
-            "majority_agreement": majority_agreement(votes),
+            "cohen_kappa": _pairwise_kappas(annotators, stats.confusions),
+            "majority_agreement": _majority_shares(stats),
             "percent_agreement": raw,
             "majority_vote": top_vote,
             "majority_vote_share": top_share,
             "annotators": quality,
-            "n_pairs": int(pairable.shape[1]),
+            "n_pairs": n_pairs,
             "n_annotators": len(annotators),
             "n_offending": len(offending),
         },

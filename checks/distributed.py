@@ -33,7 +33,12 @@ status, metric, message and offending ids are equal by construction:
   n_verified_pairs) are larger; the clusters are the same, since a skipped edge joins nothing new.
 - split isolation: the same two stages over the prompts of the train rows, then the eval rows, at
   the positions the one-process check gives them; annotators and sources are small distinct sets.
-- agreement runs on the votes table the client holds (`agreement`).
+- agreement: the votes (the client's table, a few short columns a vote) shuffled on pair id, so that
+  each partition holds every vote of its pairs; each partition sends back only counts over its pairs
+  (checks/agreement.py `vote_stats`: vote profiles for alpha, Fleiss and raw agreement, confusion
+  counts for the Cohen kappas, majority counts, the histogram of vote patterns that Dawid-Skene's EM
+  needs, and its disagreeing pair ids), which add up exactly to the whole table's; the one-process
+  result function (`agreement_result`) builds the result from them, so it is equal float for float.
 
 Partitions are pandas frames (what Dask DataFrame holds); each is turned into polars for the checks.
 """
@@ -556,13 +561,64 @@ def split_isolation(ddf: Any, eval_ddf: Any = None, votes: pl.DataFrame | None =
     return CheckResult(CHECK_ID, status, share, 0.0, tuple(offending), "; ".join(texts), details)
 
 
-def agreement(votes: pl.DataFrame | None, **params: Any) -> CheckResult:
-    """Agreement on the votes table, in this process: Krippendorff's alpha, the kappas and
-    Dawid-Skene need every annotator's votes at once, and the votes (a few per voted pair, three
-    short columns) are what the client read; the rows themselves are not needed."""
-    from .agreement import check_agreement
+VOTE_COLUMNS = ["pair_id", "annotator", "vote"]
+VOTE_PARTITION_ROWS = 1_000_000  # votes a partition at most (and at least one partition per worker)
 
-    return check_agreement(votes, **params)
+
+def _vote_stats(part: Any, schema: dict[str, Any]) -> Any:
+    """One partition of the votes shuffled on pair id, so every vote of its pairs: the agreement
+    check's counts over those pairs (agreement.vote_stats), the votes' dtypes as the client's table
+    has them (pandas would turn an integer vote with nulls into floats) and their rows in it."""
+    from .agreement import vote_stats
+
+    frame = pl.from_pandas(part).cast(schema)
+    return vote_stats(frame.select(VOTE_COLUMNS), frame["_row"])
+
+
+def agreement(votes: pl.DataFrame | None, partitions: int | None = None, **params: Any) -> CheckResult:
+    """`check_agreement` on Dask. The votes table (`partitions` slices of rows; default one a worker,
+    at most VOTE_PARTITION_ROWS each) is shuffled on pair_id, so that each partition holds every vote
+    of its pairs wherever they were; each partition's counts over its pairs (agreement.vote_stats:
+    vote profiles, confusion counts, majority counts, the Dawid-Skene pattern histogram) come back,
+    add up to the whole table's exactly (merge_vote_stats), and agreement.agreement_result builds the
+    result from them as check_agreement does: the same result, float for float. What comes back
+    grows with the distinct vote patterns (27 when three annotators vote a/b/tie on every pair; up
+    to one a pair when many annotators each vote on a few pairs) and with the offending ids."""
+    import dask
+
+    from .agreement import agreement_result, check_agreement, merge_vote_stats
+
+    if votes is None or votes.height == 0:
+        return check_agreement(votes, **params)  # its own skip
+    ddf, schema = votes_frame(votes, partitions)
+    shuffled = ddf.shuffle(on="pair_id", npartitions=ddf.npartitions)
+    stats = dask.compute(*[dask.delayed(_vote_stats)(p, schema) for p in shuffled.to_delayed()])
+    return agreement_result(merge_vote_stats(list(stats)), **params)
+
+
+def votes_frame(votes: pl.DataFrame, partitions: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """The votes (pair_id, annotator, vote and `_row`, each vote's row in the table) as a Dask
+    DataFrame of `partitions` consecutive slices (default one a worker, at most VOTE_PARTITION_ROWS
+    votes each), sent to the workers once when a distributed client is current (as pairs_frame sends
+    pairs), and the polars dtypes to read its partitions back with."""
+    import dask
+    import dask.dataframe as dd
+
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no distributed client: the current local scheduler
+        client = None
+    table = votes.select(VOTE_COLUMNS).with_row_index("_row").with_columns(pl.col("_row").cast(pl.Int64))
+    workers = len(client.scheduler_info(n_workers=-1)["workers"]) if client is not None else 1
+    parts = partitions or min(max(workers, -(-table.height // VOTE_PARTITION_ROWS)), max(table.height, 1))
+    step = -(-table.height // parts) if table.height else 1
+    # arrow-backed pandas columns keep nulls and integer votes as they are
+    pieces = [table.slice(k, step).to_pandas(use_pyarrow_extension_array=True)
+              for k in range(0, max(table.height, 1), step)]
+    held = client.scatter(pieces) if client is not None else [dask.delayed(p) for p in pieces]
+    return dd.from_delayed(held, meta=pieces[0].iloc[:0]), dict(table.schema)
 
 
 # ----------------------------------------------------------------------------------------------

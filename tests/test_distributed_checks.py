@@ -2,6 +2,8 @@
 one process: the row-local checks and exact duplicates on 100k realistic pairs (the row-local checks
 also the same message and details, merged over the partitions); near duplicates, split isolation and
 agreement on realistic pairs with injected near copies, leaked eval prompts and disagreeing votes;
+agreement, equal field for field, on PandaLM's real votes, a crowd with missing votes, graded votes,
+a failing table and tables it skips or rejects, each pair's votes split over the input partitions;
 `prefdata check --dask local:2` the same report as without. One cluster serves every test."""
 
 from __future__ import annotations
@@ -263,3 +265,157 @@ def test_validating_a_stored_version_on_dask_gives_the_same_report(cluster, leak
         assert (a.status, a.message, a.offending) == (b.status, b.message, b.offending), a.id
         assert b.metric == pytest.approx(a.metric), a.id
     assert one.passed == many.passed
+
+
+# -- agreement on Dask: the votes shuffled on pair id, counts per partition -------------------------------
+
+VOTE_PARTS = 4  # input partitions of the votes: more than the workers, so a worker holds several
+
+
+def _on_dask_and_here(votes, **params):
+    """The agreement check on the cluster (4 partitions) and in this process: equal on every field,
+    floats bit for bit (the dataclass's ==: status, metric, threshold, offending ids in order,
+    message, details), since the partitions' counts add up exactly to the whole table's."""
+    from prefdata.checks.agreement import check_agreement
+    from prefdata.checks.distributed import agreement
+
+    one = check_agreement(votes, **params)
+    many = agreement(votes, partitions=VOTE_PARTS, **params)
+    assert many == one, (many, one)
+    return one
+
+
+def _assert_pairs_split_before_the_shuffle(votes, **params):
+    """The test data exercises the shuffle: some pair's votes lie in several of the input partitions
+    the Dask run starts from, and counting each input partition as it is (no shuffle) would give
+    another result."""
+    import dask
+    import polars as pl
+
+    from prefdata.checks.agreement import agreement_result, check_agreement, merge_vote_stats, vote_stats
+    from prefdata.checks.distributed import votes_frame
+
+    ddf, schema = votes_frame(votes, VOTE_PARTS)
+    pieces = [pl.from_pandas(p).cast(schema) for p in dask.compute(*ddf.to_delayed())]
+    assert len(pieces) == VOTE_PARTS
+    home = pl.concat([p.select("pair_id", k=pl.lit(k)) for k, p in enumerate(pieces)]).unique()
+    assert home["pair_id"].is_duplicated().any()
+    unshuffled = merge_vote_stats([vote_stats(p.drop("_row"), p["_row"]) for p in pieces])
+    assert agreement_result(unshuffled, **params) != check_agreement(votes, **params)
+
+
+@pytest.fixture(scope="module")
+def pandalm_votes(shared_data):
+    """PandaLM's three human annotators on its 999 test pairs (0 = tie, 1 = response1 better, 2 =
+    response2 better), read from the shared data, rows in a random order: a pair's three votes
+    land in different input partitions."""
+    import json
+
+    import polars as pl
+
+    rows = json.loads((shared_data / "pandalm/testset-v1.json").read_text())
+    names = ("annotator1", "annotator2", "annotator3")
+    votes = pl.DataFrame([{"pair_id": f"pandalm-{r['idx']:04d}", "annotator": n, "vote": {0: "tie", 1: "a", 2: "b"}[r[n]]}
+                          for r in rows for n in names])
+    return votes.sample(fraction=1.0, shuffle=True, seed=11)
+
+
+def test_agreement_on_dask_equals_one_process_on_pandalm(cluster, pandalm_votes):
+    _assert_pairs_split_before_the_shuffle(pandalm_votes)
+    one = _on_dask_and_here(pandalm_votes)
+    assert one.status == "pass" and one.details["n_pairs"] == 999 and len(one.details["cohen_kappa"]) == 3
+    assert one.offending and one.details["annotators"][0]["n_votes"] == 999
+    assert _on_dask_and_here(pandalm_votes, level="ordinal", threshold=0.9).status == "fail"
+
+
+def _crowd(n_pairs: int = 600, seed: int = 5):
+    """Seven annotators on a/b/tie: six honest at 0.65-0.95, one voting a or b at random; each votes
+    on about 60% of the pairs, some votes null; some pairs end up with one vote (unpairable)."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    accuracy = {"ann_95": 0.95, "ann_90": 0.9, "ann_85": 0.85, "ann_80": 0.8, "ann_70": 0.7, "ann_65": 0.65,
+                "random": None}
+    rows = []
+    for p in range(n_pairs):
+        truth = str(rng.choice(["a", "b", "tie"], p=[0.45, 0.45, 0.1]))
+        for name, acc in accuracy.items():
+            if rng.random() > 0.6:
+                continue
+            if acc is None:
+                vote = str(rng.choice(["a", "b"]))
+            else:
+                vote = truth if rng.random() < acc else str(rng.choice([c for c in ("a", "b", "tie") if c != truth]))
+            rows.append({"pair_id": f"q{p:04d}", "annotator": name, "vote": None if rng.random() < 0.05 else vote})
+    return pl.DataFrame(rows, schema={"pair_id": pl.String, "annotator": pl.String, "vote": pl.String}).sample(
+        fraction=1.0, shuffle=True, seed=seed)
+
+
+def test_agreement_on_dask_with_missing_votes_and_more_annotators(cluster):
+    import numpy as np
+    import polars as pl
+
+    votes = _crowd()
+    per_pair = votes.drop_nulls("vote").group_by("pair_id").len()
+    assert votes["vote"].null_count() > 0 and (per_pair["len"] == 1).any() and per_pair["len"].n_unique() > 3
+    _assert_pairs_split_before_the_shuffle(votes)
+    one = _on_dask_and_here(votes)
+    assert one.details["n_annotators"] == 7 and len(one.details["cohen_kappa"]) == 21
+    assert "low-quality annotator(s): random" in one.message  # Dawid-Skene ran on the merged patterns
+    assert one.details["n_pairs"] < per_pair.height  # unpairable pairs left out, as in one process
+    for level in ("ordinal", "interval"):
+        _on_dask_and_here(votes, level=level)
+
+    # numbers on a 1-5 scale, integer pair ids, null votes: pandas must not turn them into floats
+    rng = np.random.default_rng(8)
+    graded = pl.DataFrame({"pair_id": [p for p in range(300) for _ in range(5)],
+                           "annotator": [f"r{k}" for _ in range(300) for k in range(5)],
+                           "vote": [None if rng.random() < 0.2 else int(rng.integers(1, 6)) for _ in range(1500)]},
+                          schema={"pair_id": pl.Int64, "annotator": pl.String, "vote": pl.Int64})
+    graded = graded.sample(fraction=1.0, shuffle=True, seed=1)
+    _assert_pairs_split_before_the_shuffle(graded, level="ordinal")
+    one = _on_dask_and_here(graded, level="ordinal")
+    assert one.details["majority_vote"] in {"1", "2", "3", "4", "5"} and one.offending[0] == "0"
+    assert [a["annotator"] for a in one.details["annotators"]] == [f"r{k}" for k in range(5)]
+
+
+def test_failing_agreement_on_dask_names_the_prevalence_effect(cluster):
+    """Near-unanimous votes: three annotators, 260 of 300 pairs all 'a', 40 split one 'b' against
+    two 'a': alpha below 0 fails the check, with the prevalence note, on Dask as here."""
+    import polars as pl
+
+    votes = pl.DataFrame([{"pair_id": f"u{p:03d}", "annotator": a, "vote": "b" if p >= 260 and k == p % 3 else "a"}
+                          for p in range(300) for k, a in enumerate("xyz")]).sample(fraction=1.0, shuffle=True, seed=2)
+    _assert_pairs_split_before_the_shuffle(votes)
+    one = _on_dask_and_here(votes)
+    assert one.status == "fail" and one.metric < 0 and len(one.offending) == 40
+    assert "the prevalence effect" in one.message
+
+
+def test_agreement_on_dask_skips_and_raises_as_one_process(cluster):
+    import polars as pl
+
+    from prefdata.checks.agreement import check_agreement
+    from prefdata.checks.distributed import agreement
+
+    schema = {"pair_id": pl.String, "annotator": pl.String, "vote": pl.String}
+    no_votes = [None, pl.DataFrame(schema=schema),
+                pl.DataFrame({"pair_id": ["p1", "p1"], "annotator": ["x", "y"], "vote": [None, None]}, schema=schema),
+                pl.DataFrame({"pair_id": ["p1", "p2"], "annotator": ["x", "x"], "vote": ["a", "b"]}),
+                pl.DataFrame({"pair_id": ["p1", "p1", "p2", "p2"], "annotator": ["x", "y"] * 2, "vote": ["a"] * 4})]
+    reasons = [_on_dask_and_here(votes).message for votes in no_votes]
+    assert reasons == ["no annotator votes"] * 2 + ["no pair was labelled by two or more annotators"] * 2 + \
+        ["alpha is undefined: every vote on shared pairs is the same"]
+    # malformed votes raise the same error: the first repeated vote of the whole table (every
+    # partition has one of its own: here p00's is not in the first partition), the unknown votes of all
+    ids = [f"p{k:02d}" for k in range(30)]
+    twice = pl.DataFrame({"pair_id": ids + ids, "annotator": ["x"] * 60, "vote": ["a", "b"] * 30})
+    unknown = pl.DataFrame({"pair_id": ids + ids, "annotator": ["x"] * 30 + ["y"] * 30,
+                            "vote": ["a"] * 57 + ["left", "up", "left"]})
+    for bad, expected in ((twice, "('p00', 'x')"), (unknown, "['left', 'up']")):
+        with pytest.raises(ValueError) as here:
+            check_agreement(bad)
+        with pytest.raises(ValueError) as there:
+            agreement(bad, partitions=3)
+        assert str(there.value) == str(here.value) and expected in str(here.value)
