@@ -8,6 +8,7 @@
     rows        the per-row checks and quarantine entry both import paths share
     importer    `import_to_store`: the one path from a file to a draft version (row by row)
     columnar    the same import as whole columns, for Parquet, JSON Lines, CSV and TSV
+    comparison_batches  the comparisons format in batches for it: labels once every vote is read
     ndjson      JSON Lines a block of lines at a time for it: polars parses, the row reader takes odd lines
     delimited   CSV and TSV a batch of lines at a time for it: the row reader's records as text columns
     writers     normalised rows and quarantine files

@@ -1,6 +1,7 @@
 """Columnar import: a Parquet, JSON Lines, CSV or TSV file (the last three compressed or not) in the
 `trl` or `hh-rlhf` format, checked and given ids as whole columns (`trl-chat` rides the same batches
-with every row through its reference converter: ROW_CONVERTED).
+with every row through its reference converter: ROW_CONVERTED; `comparisons` too, in two passes,
+since its labels need every vote first: prefdata.data.comparison_batches).
 
 The row-by-row import (`importer.import_rows`) is the reference; this path gives the same kept
 rows, ids, quarantine reasons and row numbers (tests/test_import_columnar.py runs both on the same
@@ -24,9 +25,10 @@ files), at a small multiple of a polars read of the file. How:
   window expressions over the kept rows in file order, carried from batch to batch.
 
 Anything this path does not cover exactly returns None (or raises MixedIds while the batches are
-read) and the caller imports row by row: another format or container (a JSON array, a
-compressed Parquet file), nested (list, struct) Parquet columns, bool or float optional columns (their
-text form is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
+read) and the caller imports row by row: another container (a JSON array, a compressed Parquet
+file); and, in every format but comparisons (whose rows are the row reader's and the converter's
+throughout), nested (list, struct) Parquet columns, bool or float optional columns (their text form
+is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import hashlib
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from operator import methodcaller
 from pathlib import Path
@@ -44,22 +46,20 @@ from typing import Any
 import polars as pl
 
 from prefdata.base.errors import UnusableInput
+from prefdata.data.comparison_batches import ComparisonBatches, comparison_batches
 from prefdata.data.ndjson import EXPLICIT_NULL, as_written
 from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
 from prefdata.data.readers import (BOM, GZIP_MAGIC, ROW_BYTES_PER_TEXT_BYTE, RawRow, _open_data, file_kind,
-                                   parquet_problem, read_rows, require_regular_file)
+                                   parquet_problem, read_rows, require_regular_file, rows_in_batches)
 from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
 from prefdata.data.rows import check_format, convert_row, quarantine_entry
 
 TEXT = ("prompt", "chosen", "rejected")
-CONVERTERS_COVERED = ("trl", "hh-rlhf", "trl-chat")
 # Formats whose every row goes through the reference converter, a batch at a time: their checks are
 # not vectorised (trl-chat's message lists are matched and rendered in Python), but the batches
-# bound the memory, stream into the store and carry the cross-row rules like the others.
+# bound the memory, stream into the store and carry the cross-row rules like the others. (Every
+# format has this path: `comparisons` in batches of its own, comparison_batches.)
 ROW_CONVERTED = ("trl-chat",)
-NOT_COVERED = {  # why the other formats still go row by row
-    "comparisons": "its labels and votes become pairs only once every row is read",
-}
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
 # rows converted at a time: one batch's text, ids and normalised copies are what the import holds
@@ -72,13 +72,16 @@ _DECIMAL = r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"  # what fl
 
 @dataclass
 class ColumnarImport:
-    """What importer._finish needs: the kept pairs (as importer._frame shapes them), the quarantine
-    in row order, and the rows read."""
+    """What importer._finish needs: the kept pairs (as rows.records_frame shapes them), the quarantine
+    in row order, and the rows read; of a comparisons file, its kept comparisons and their rows'
+    votes, as the row path gives them to _finish."""
 
     format: str
     pairs: pl.DataFrame
     quarantine: list[dict[str, Any]]
     read: int
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    votes: list[dict[str, str]] = field(default_factory=list)
 
 
 def _plain_parquet(path: Path) -> bool:
@@ -332,11 +335,19 @@ class ColumnarBatches:
 
 
 def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] | None = None) -> ColumnarImport | None:
-    """The import of a plain Parquet or JSON Lines `trl` or `hh-rlhf` file, or None when the row path
-    must do it (then `why`, when given, gets the reason)."""
+    """The import of a plain Parquet, JSON Lines, CSV or TSV file, or None when the row path must do
+    it (then `why`, when given, gets the reason)."""
     opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS, why)
     if opened is None:
         return None
+    if isinstance(opened, ComparisonBatches):  # labels need every vote: the records go to importer._finish
+        done = ColumnarImport(opened.format, pl.DataFrame(schema={c: pl.String for c in PAIR_COLUMNS}), [], 0)
+        for batch in opened.batches:
+            done.comparisons += batch.records
+            done.votes += batch.votes
+            done.quarantine += batch.quarantine
+        done.read = opened.read
+        return done
     pairs, quarantine = [], []
     try:
         for kept, rejected in opened.batches:
@@ -363,13 +374,14 @@ def _refused(why: list[str] | None, reason: str) -> None:
 
 
 def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS,
-                    why: list[str] | None = None) -> ColumnarBatches | None:
-    """The columnar import of a plain Parquet file or a JSON Lines one, `batch_rows` rows (lines) at a
-    time (so a file of any size converts in the memory of one batch), or None when the row path
+                    why: list[str] | None = None) -> ColumnarBatches | ComparisonBatches | None:
+    """The columnar import of a plain Parquet, JSON Lines, CSV or TSV file, `batch_rows` rows (lines)
+    at a time (so a file of any size converts in the memory of one batch), or None when the row path
     must do it. The batches
     give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
     carry what they need from batch to batch (_Earlier). Iterating raises MixedIds when the file
-    turns out to need the row path after all."""
+    turns out to need the row path after all. A comparisons file gives ComparisonBatches: its
+    comparisons, whose labels wait for every vote (prefdata.data.comparison_batches)."""
     require_regular_file(path)  # before any of the reads below
     if not _plain_parquet(path):
         kind = _kind(path)
@@ -389,14 +401,14 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
     except (pl.exceptions.PolarsError, OSError):
         return _refused(why, "polars cannot read it")  # the row path reads it with pyarrow and names the problem
     schema = pl.Schema(schema)
+    if rows and _format_or_none(path, fmt, set(schema), head.row(0, named=True)) == "comparisons":
+        # read by the row reader and converted row by row: any column type is the row path's
+        return comparison_batches(path, True, max_text_bytes, batch_rows, rows)
     id_column = _supported(schema)
     if id_column is None or rows == 0 or "__row" in schema:
         return _refused(why, _unsupported(schema) if rows else "no rows")
     columns = set(schema)
     fmt = check_format(path, fmt, columns, columns, head.row(0, named=True))
-    if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {', '.join(CONVERTERS_COVERED)}: "
-                             f"{NOT_COVERED.get(fmt, 'not written yet')})")
     optional = _optional_columns(fmt, columns)
     starts = range(0, rows, batch_rows)
     present = None if optional else []
@@ -413,6 +425,14 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
                                  max_text_bytes, earlier)
 
     return ColumnarBatches(fmt, rows, len(starts), batches())
+
+
+def _format_or_none(path: Path, fmt: str, columns: set[str], sample: dict[str, Any]) -> str | None:
+    """check_format's answer, or None where it raises (the path that follows says what is wrong)."""
+    try:
+        return check_format(path, fmt, columns, columns, sample)
+    except UnusableInput:
+        return None
 
 
 def _kind(path: Path) -> str | None:
@@ -437,14 +457,11 @@ def _first_rows(path: Path, fmt: str, max_line_bytes: int, why: list[str] | None
         fmt = check_format(path, fmt, columns, columns, head[0].data)
     except UnusableInput:  # the row path, over every row, gives the exact message (or finds the columns later on)
         return _refused(why, f"its first {FORMAT_ROWS} rows do not say its format"), head
-    if fmt not in CONVERTERS_COVERED:
-        return _refused(why, f"the {fmt} format has no columnar path (only {', '.join(CONVERTERS_COVERED)}: "
-                             f"{NOT_COVERED.get(fmt, 'not written yet')})"), head
     return fmt, head
 
 
 def _csv_batches(path: Path, delimiter: str, fmt: str, max_text_bytes: int, batch_rows: int,
-                 why: list[str] | None = None) -> ColumnarBatches | None:
+                 why: list[str] | None = None) -> ColumnarBatches | ComparisonBatches | None:
     """The columnar import of a CSV or TSV file (compressed or not), the records of `batch_rows`
     lines at a time (prefdata.data.delimited: the row reader's own CSV reader, so the same records);
     every value is text, as the row path reads it."""
@@ -454,6 +471,8 @@ def _csv_batches(path: Path, delimiter: str, fmt: str, max_text_bytes: int, batc
     fmt, head = _first_rows(path, fmt, limit, why)
     if fmt is None:
         return None
+    if fmt == "comparisons":
+        return comparison_batches(path, False, max_text_bytes, batch_rows, delimited.count_lines(path))
     header = list(head[0].data)  # a readable row has every column of the header
     schema = pl.Schema({name: pl.String for name in header})
     id_column = _supported(schema)
@@ -477,11 +496,11 @@ def _csv_batches(path: Path, delimiter: str, fmt: str, max_text_bytes: int, batc
 
 
 def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
-                   why: list[str] | None = None) -> ColumnarBatches | None:
+                   why: list[str] | None = None) -> ColumnarBatches | ComparisonBatches | None:
     """The columnar import of a JSON Lines file (gzipped or not), `batch_rows` lines at a time
     (prefdata.data.ndjson parses them; the lines polars could read differently go through the row
     reader). The format is the row path's choice from the first rows; None when that path must say
-    what is wrong with the file, or the format is not one this path covers."""
+    what is wrong with the file."""
     from prefdata.data import ndjson
 
     max_line_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
@@ -491,6 +510,8 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     lines = ndjson.count_lines(path)
     if lines == 0:
         return _refused(why, "no rows")
+    if fmt == "comparisons":
+        return comparison_batches(path, False, max_text_bytes, batch_rows, lines)
     n_batches = -(-lines // batch_rows)
     present = None  # one batch: the columns its kept rows give
     if n_batches > 1:  # the same columns in every batch: those some row of the file gives (as for Parquet)
@@ -528,16 +549,8 @@ def _row_batches(path: Path, batch_lines: int, max_line_bytes: int, n_batches: i
     """The row reader's rows of each `batch_lines` lines, as ndjson.batches gives them (all in the
     rows, none in the frame), exactly `n_batches` batches."""
     empty = pl.DataFrame(schema={"__row": pl.Int64})
-    rows: list[RawRow] = []
-    boundary, made = 1 + batch_lines, 0
-    for row in read_rows(path, max_line_bytes):
-        while row.number >= boundary and made < n_batches - 1:
-            yield empty, rows
-            rows, made, boundary = [], made + 1, boundary + batch_lines
-        rows.append(row)
-    while made < n_batches:
+    for rows in rows_in_batches(read_rows(path, max_line_bytes), batch_lines, n_batches):
         yield empty, rows
-        rows, made = [], made + 1
 
 
 def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:

@@ -119,6 +119,23 @@ def vote_labels(votes: list[dict[str, Any]], aggregate: str = "majority") -> dic
     return {pair: majority(pair_votes) for pair, pair_votes in by_pair.items()}
 
 
+def vote_label_frame(votes: Any, aggregate: str = "majority") -> Any:
+    """vote_labels of a votes frame (pair_id, annotator, vote), as a frame: pair_id, label (null where
+    the votes give none). For an import too big to hold each vote as a dict: the same rule
+    (prefdata.data.votes: more than half agree, or Dawid-Skene over the votes in the same order)."""
+    import polars as pl
+
+    from prefdata.data.votes import dawid_skene, majority_labels
+
+    if aggregate not in AGGREGATES:
+        raise ValueError(f"aggregate {aggregate!r}: choose one of {', '.join(AGGREGATES)}")
+    if aggregate == "majority":
+        return majority_labels(votes).select("pair_id", "label")
+    labels = dawid_skene(votes)["labels"] if votes.height else {}
+    return pl.DataFrame({"pair_id": list(labels), "label": list(labels.values())},
+                        schema={"pair_id": pl.String, "label": pl.String})
+
+
 def _pick(columns: set[str] | Mapping[str, Any], names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in columns), None)
 

@@ -16,10 +16,11 @@ import polars as pl
 
 from prefdata.data.columnar import BATCH_ROWS, FORMAT_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
 from prefdata.base.errors import UnusableInput
-from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
+from prefdata.data.comparison_batches import TEXTS, ComparisonBatches, SpilledComparisons
+from prefdata.data.formats import CONVERTERS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
 from prefdata.data.readers import ROW_BYTES_PER_TEXT_BYTE, RawRow, read_rows
-from prefdata.data.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
-from prefdata.data.rows import check_format, convert_row, quarantine_entry
+from prefdata.data.records import COMPARISON_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
+from prefdata.data.rows import check_format, convert_rows, quarantine_entry, records_frame
 
 if TYPE_CHECKING:
     from prefdata.data.store import Store, Version
@@ -80,15 +81,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _frame(records: list[dict[str, Any]], leading: tuple[str, ...]) -> pl.DataFrame:
-    present = {k for r in records for k in r}
-    columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
-    return pl.DataFrame(
-        {c: [r.get(c) for r in records] for c in columns},
-        schema={c: pl.Float64 if c in SCORE_COLUMNS else pl.String for c in columns},
-    )
 
 
 def _looks_utf16(path: Path) -> bool:
@@ -161,16 +153,17 @@ def import_file(
     columnar: bool = True,
     aggregate: str = "majority",
 ) -> ImportResult:
-    """Import a file. Parquet, JSON Lines, CSV and TSV in the `trl` or `hh-rlhf` format go through the
-    columnar path (prefdata.data.columnar: the same rows, ids, reasons and row numbers, at a small
-    multiple of a plain read); every other file, or `columnar=False`, goes row by row, the reference
-    the columnar path is tested against (`row_by_row` says why)."""
+    """Import a file. Parquet, JSON Lines, CSV and TSV go through the columnar path (prefdata.data.columnar:
+    the same rows, ids, reasons and row numbers, in batches; `trl` and `hh-rlhf` at a small multiple
+    of a plain read); every other file, or `columnar=False`, goes row by row, the reference the
+    columnar path is tested against (`row_by_row` says why)."""
     path = Path(src)
     why: list[str] = []
     if columnar:
         done = convert_columnar(path, fmt, max_text_bytes, why)
         if done is not None:
-            return _finish(path, done.format, done.pairs, [], [], done.quarantine, done.read, votes)
+            return _finish(path, done.format, done.pairs, done.comparisons, done.votes, done.quarantine, done.read,
+                           votes, aggregate)
     result = import_rows(path, fmt, votes, max_text_bytes, track, aggregate)
     result.row_by_row = why[0] if why else "asked for (columnar=False)"
     return result
@@ -188,43 +181,12 @@ def import_rows(
     path = Path(src)
     rows = list(read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
     fmt = _choose_format(path, rows, fmt)
-    convert = CONVERTERS[fmt]
-    quarantine: list[dict[str, Any]] = []
-    converted: list = []
-    content_by_id: dict[str, tuple] = {}
-    for row in (track(rows, f"importing {path.name}", len(rows)) if track else rows):
-        if row.data is None:
-            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
-            continue
-        try:
-            item = convert_row(row.data, convert, max_text_bytes)
-            _assign_id(item.record, content_by_id)
-        except RowRejected as rejected:
-            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
-            continue
-        converted.append(item)
-
-    pairs = _frame([c.record for c in converted if c.kind == "pair"], PAIR_COLUMNS)
+    tracked = track(rows, f"importing {path.name}", len(rows)) if track else rows
+    converted, quarantine = convert_rows(path, tracked, CONVERTERS[fmt], max_text_bytes, {})
+    pairs = records_frame([c.record for c in converted if c.kind == "pair"], PAIR_COLUMNS)
     comparisons = [c.record for c in converted if c.kind == "comparison"]
     vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
     return _finish(path, fmt, pairs, comparisons, vote_rows, quarantine, len(rows), votes, aggregate)
-
-
-def _assign_id(record: dict[str, Any], content_by_id: dict[str, tuple]) -> None:
-    """Give `record` its row id and note it in `content_by_id` (id -> content of the rows so far);
-    RowRejected when a source id is reused for other content."""
-    content = tuple(record.get(k) for k in ("prompt", "chosen", "rejected", "response_a", "response_b"))
-    if record["id"] is None:
-        # No source id: the content id, numbered on repeats so rows (and their votes)
-        # stay apart; re-importing the same file gives the same ids.
-        record["id"] = record["pair_id"]
-        repeat = 1
-        while record["id"] in content_by_id:
-            repeat += 1
-            record["id"] = f"{record['pair_id']}-{repeat}"
-    elif content_by_id.get(record["id"], content) != content:
-        raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
-    content_by_id[record["id"]] = content
 
 
 def _label_comparisons(comparisons: list[dict[str, Any]], vote_rows: list[dict[str, Any]], aggregate: str) -> None:
@@ -241,31 +203,40 @@ def _finish(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: list[dict[st
             votes: str | Path | None, aggregate: str = "majority") -> ImportResult:
     """Votes, majority labels and the counts, from the kept rows of either path."""
     data_quarantined = len(quarantine)
-    kept = pairs.height + len(comparisons)
-    if read != kept + data_quarantined:
-        raise RuntimeError(f"import counts do not reconcile: read {read} != kept {kept} + quarantined {data_quarantined}")
     votes_read = len(vote_rows)
     if votes is not None:
         known = set(pairs["id"].to_list()) | {c["id"] for c in comparisons}
         long_votes, votes_read_long = _read_votes(Path(votes), known, quarantine)
         vote_rows.extend(long_votes)
         votes_read += votes_read_long
+    kept = pairs.height + len(comparisons)
     if comparisons:
         _label_comparisons(comparisons, vote_rows, aggregate)
         resolved = [p for p in map(resolve, comparisons) if p is not None]
-        pairs = _frame(pairs.to_dicts() + resolved, PAIR_COLUMNS)
+        pairs = records_frame(pairs.to_dicts() + resolved, PAIR_COLUMNS)
+    return _result(path, fmt, pairs, records_frame(comparisons, COMPARISON_COLUMNS) if comparisons else None,
+                   records_frame(vote_rows, VOTE_COLUMNS) if vote_rows else None, quarantine, read, kept,
+                   data_quarantined, votes_read, votes)
 
+
+def _result(path: Path, fmt: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None, vote_frame: pl.DataFrame | None,
+            quarantine: list[dict[str, Any]], read: int, kept: int, data_quarantined: int, votes_read: int,
+            votes: str | Path | None) -> ImportResult:
+    """The ImportResult of an import, once its counts reconcile: rows read = kept + quarantined,
+    and the same for votes (the quarantine holds the data rows' entries first, then the --votes file's)."""
+    if read != kept + data_quarantined:
+        raise RuntimeError(f"import counts do not reconcile: read {read} != kept {kept} + quarantined {data_quarantined}")
     result = ImportResult(
         format=fmt,
         pairs=pairs,
-        comparisons=_frame(comparisons, COMPARISON_COLUMNS) if comparisons else None,
-        votes=_frame(vote_rows, VOTE_COLUMNS) if vote_rows else None,
+        comparisons=comparisons,
+        votes=vote_frame,
         quarantine=quarantine,
         read=read,
         kept=kept,
         quarantined=data_quarantined,
         votes_read=votes_read,
-        votes_kept=len(vote_rows),
+        votes_kept=vote_frame.height if vote_frame is not None else 0,
         votes_quarantined=len(quarantine) - data_quarantined,
         sources=[{"path": str(path), "sha256": _sha256(path), "role": "data", "format": fmt}]
         + ([{"path": str(votes), "sha256": _sha256(Path(votes)), "role": "votes"}] if votes else []),
@@ -319,10 +290,13 @@ def import_file_to_store(
     """`import_file`, then `import_to_store`; a file the columnar path takes, of more than one batch of rows
     (columnar.BATCH_ROWS) goes into the store a batch at a time, so its size is bounded by the disk,
     not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
-    their text is in the version's shards. `batch_rows` (default BATCH_ROWS): rows per batch."""
+    their text is in the version's shards (and its `comparisons` hold no text either).
+    `batch_rows` (default BATCH_ROWS): rows per batch."""
     path = Path(src)
     why: list[str] = []
     opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS, why)
+    if isinstance(opened, ComparisonBatches) and opened.n_batches > 1:
+        return _import_comparisons_streamed(path, opened, name, store, votes, aggregate, guidelines)
     if opened is not None and opened.n_batches > 1:
         try:
             return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
@@ -354,14 +328,71 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
     def ending():
         kept_ids = pl.DataFrame({"id": pl.concat(ids)})
         result = _finish(path, opened.format, kept_ids, [], [], quarantine, opened.read, votes, aggregate)
-        require_kept(result)
         finished.append(result)
-        lineage = {"parent": None, "sources": result.sources, "flow_run": None,
-                   "components": {"importer": result.format}}
-        extra = {"votes": {"train": result.votes}} if result.votes is not None else {}
-        return extra, result.quarantine, result.summary(), lineage
+        return _last_tables(result)
 
     version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines)
+    return finished[0], version
+
+
+def _last_tables(result: ImportResult):
+    """What store.create_sharded's `ending` gives of a streamed import, once it kept a row: the votes
+    table, the quarantine, the counts and the lineage."""
+    require_kept(result)
+    lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
+    extra = {"votes": {"train": result.votes}} if result.votes is not None else {}
+    return extra, result.quarantine, result.summary(), lineage
+
+
+def _spill_comparisons(opened: ComparisonBatches, folder: Path, votes: str | Path | None,
+                       aggregate: str) -> tuple[SpilledComparisons, int]:
+    """A comparisons file of several batches, its first pass (comparison_batches: each batch's kept
+    comparisons to `folder`), the --votes file read against every kept id as the row path reads it,
+    and the labels from all the votes: the spilled comparisons, and the --votes rows read."""
+    spilled = SpilledComparisons(opened, folder)
+    file_votes, file_votes_read = ([], 0) if votes is None else _read_votes(Path(votes), spilled.ids(), spilled.quarantine)
+    spilled.label(file_votes, aggregate)
+    return spilled, file_votes_read
+
+
+def _comparisons_result(path: Path, spilled: SpilledComparisons, kept: list[tuple[pl.Series, pl.DataFrame]],
+                        votes: str | Path | None, file_votes_read: int) -> ImportResult:
+    """The ImportResult of a comparisons file imported in batches, from each batch's (pair ids,
+    comparisons without their texts): `pairs` holds only the ids, `comparisons` every column the
+    checks read (id, label, models...)."""
+    comparisons = pl.concat([c for _, c in kept])
+    return _result(path, spilled.format, pl.DataFrame({"id": pl.concat([ids for ids, _ in kept])}),
+                   comparisons if comparisons.height else None, spilled.votes if spilled.votes.height else None,
+                   spilled.quarantine, spilled.read, spilled.index.height, spilled.rows_quarantined,
+                   spilled.row_votes.height + file_votes_read, votes)
+
+
+def _import_comparisons_streamed(path: Path, opened: ComparisonBatches, name: str, store: Store,
+                                 votes: str | Path | None, aggregate: str,
+                                 guidelines: str | None) -> tuple[ImportResult, Version]:
+    """A comparisons file of several batches into the store: every row first (the labels need every
+    vote), then a shard of pairs and of comparisons per batch (comparison_batches' two passes)."""
+    from prefdata.base.scratch import scratch
+    from prefdata.data.store import tables_for
+
+    kept: list[tuple[pl.Series, pl.DataFrame]] = []
+    finished: list[ImportResult] = []
+    with scratch("comparisons") as folder:
+        spilled, file_votes_read = _spill_comparisons(opened, folder, votes, aggregate)
+
+        def batches() -> Iterable[dict[str, dict[str, pl.DataFrame]]]:
+            for pairs, comparisons in spilled.shards():
+                kept.append((pairs["id"], comparisons.drop(TEXTS)))
+                tables = tables_for(pairs, comparisons)
+                del pairs, comparisons  # before the next batch is read back
+                yield tables
+                del tables
+
+        def ending():
+            finished.append(_comparisons_result(path, spilled, kept, votes, file_votes_read))
+            return _last_tables(finished[0])
+
+        version = store.create_sharded(name, batches(), ending, n_batches=len(spilled.files), guidelines=guidelines)
     return finished[0], version
 
 
@@ -387,6 +418,8 @@ def import_file_to_shards(
     if opened is None or opened.n_batches < 2:
         return None
     folder = scratch_dir("shards")  # removed at exit, on SIGTERM, or by the next run after a SIGKILL
+    if isinstance(opened, ComparisonBatches):
+        return _comparisons_to_shards(path, opened, folder, votes, aggregate)
     ids: list[pl.Series] = []
     quarantine: list[dict[str, Any]] = []
     paths: list[str] = []
@@ -406,3 +439,24 @@ def import_file_to_shards(
     result = _finish(path, opened.format, pl.DataFrame({"id": pl.concat(ids)}), [], [], quarantine, opened.read,
                      votes, aggregate)
     return result, paths
+
+
+def _comparisons_to_shards(path: Path, opened: ComparisonBatches, folder: Path, votes: str | Path | None,
+                           aggregate: str) -> tuple[ImportResult, list[str]] | None:
+    """import_file_to_shards of a comparisons file: a shard of the pairs of each batch that resolves
+    some; the result's `comparisons` (no texts) go to the checks that read labels and models."""
+    import shutil
+
+    spilled, file_votes_read = _spill_comparisons(opened, folder, votes, aggregate)
+    kept: list[tuple[pl.Series, pl.DataFrame]] = []
+    paths: list[str] = []
+    for k, (pairs, comparisons) in enumerate(spilled.shards()):
+        kept.append((pairs["id"], comparisons.drop(TEXTS)))
+        if pairs.height:
+            paths.append(str(folder / f"pairs-{k:05d}.parquet"))
+            pairs.write_parquet(paths[-1], compression="lz4")
+        del pairs, comparisons  # before the next batch is read back
+    if not paths:  # no comparison became a pair: the in-memory import says what happened
+        shutil.rmtree(folder, True)
+        return None
+    return _comparisons_result(path, spilled, kept, votes, file_votes_read), paths

@@ -19,7 +19,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -804,12 +804,46 @@ def parquet_table(path: Path, raw: bytes):
 
 
 def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
+    yield from _table_rows(parquet_table(path, raw), 1)
+
+
+def parquet_rows_in_batches(path: Path, batch_rows: int) -> Iterator[RawRow]:
+    """The rows `read_rows` gives of a plain (not gzipped) Parquet file, read `batch_rows` records at
+    a time instead of the whole table. A damaged file raises pyarrow's error when the reading
+    reaches it (the caller names it, as parquet_table does)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    number = 1
+    for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=batch_rows):
+        yield from _table_rows(pa.Table.from_batches([batch]), number)
+        number += batch.num_rows
+
+
+def rows_in_batches(rows: Iterable[RawRow], batch_rows: int, n_batches: int) -> Iterator[list[RawRow]]:
+    """`rows`, in the order of their numbers, as exactly `n_batches` lists: batch k holds the rows
+    numbered 1 + k * batch_rows to (k + 1) * batch_rows (a CSV record by its first line; so a batch
+    may be empty), the last one every row after."""
+    batch: list[RawRow] = []
+    boundary, made = 1 + batch_rows, 0
+    for row in rows:
+        while row.number >= boundary and made < n_batches - 1:
+            yield batch
+            batch, made, boundary = [], made + 1, boundary + batch_rows
+        batch.append(row)
+    while made < n_batches:
+        yield batch
+        batch, made = [], made + 1
+
+
+def _table_rows(table: Any, first: int) -> Iterator[RawRow]:
+    """A pyarrow table's records as rows numbered from `first`."""
     import pyarrow as pa
 
-    table = parquet_table(path, raw)
     # A Parquet writer can store bytes that are not UTF-8 in a text column; pyarrow would raise on
     # the whole column. Such columns are read as bytes and decoded here, so that only the rows
-    # with bad bytes are quarantined (invalid_utf8), as in the other formats.
+    # with bad bytes are quarantined (invalid_utf8), as in the other formats. (Column by column of
+    # the table given: decoding a valid UTF-8 value this way gives the text pyarrow would.)
     bad_text = []
     for i, field in enumerate(table.schema):
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
@@ -818,7 +852,7 @@ def _parquet_rows(path: Path, raw: bytes) -> Iterator[RawRow]:
             except pa.ArrowInvalid:
                 bad_text.append(field.name)
                 table = table.set_column(i, field.name, table.column(i).cast(pa.large_binary()))
-    for number, item in enumerate(table.to_pylist(), start=1):
+    for number, item in enumerate(table.to_pylist(), start=first):
         for name in bad_text:
             if item[name] is not None:
                 item[name] = item[name].decode("utf-8", errors="surrogateescape")

@@ -4,13 +4,18 @@ the quarantine entry of a row that cannot be used."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from prefdata.base.errors import UnusableInput
-from prefdata.data.formats import CONVERTERS, FORMATS, Converted, RowRejected, detect_format, required_columns
+from prefdata.data.formats import (CONVERTERS, FORMATS, SCORE_COLUMNS, Converted, RowRejected, detect_format,
+                                   required_columns)
 from prefdata.data.readers import RawRow
+from prefdata.data.records import OPTIONAL_COLUMNS
 
 QUARANTINE_RAW_CHARS = 2000  # raw values are cut in the quarantine file so it stays readable
 
@@ -66,3 +71,76 @@ def convert_row(data: dict[str, Any], convert: Callable[[dict[str, Any]], Conver
     if big:
         raise RowRejected(f"text_too_large:{big}", f"over {max_text_bytes} bytes (--max-text-bytes)")
     return convert(data)
+
+
+CONTENT_FIELDS = ("prompt", "chosen", "rejected", "response_a", "response_b")  # what makes two rows the same
+
+
+def record_content(record: dict[str, Any]) -> tuple:
+    """The texts that make a row's content: a source id used again must come with the same ones."""
+    return tuple(record.get(k) for k in CONTENT_FIELDS)
+
+
+def content_digest(record: dict[str, Any]) -> bytes:
+    """record_content as 16 bytes (BLAKE2b over each field's length and UTF-8, None marked apart from
+    ""): what an import that must not hold every row's text keeps of it (a batched import)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for value in record_content(record):
+        if value is None:
+            digest.update(b"\0")
+        else:
+            data = value.encode("utf-8", "surrogatepass")
+            digest.update(b"\1" + len(data).to_bytes(8, "little") + data)
+    return digest.digest()
+
+
+def assign_id(record: dict[str, Any], content_by_id: dict[str, Any],
+              content: Callable[[dict[str, Any]], Any] = record_content) -> None:
+    """Give `record` its row id and note it in `content_by_id` (id -> content(record) of the rows so
+    far); RowRejected when a source id is reused for other content."""
+    seen = content(record)
+    if record["id"] is None:
+        # No source id: the content id, numbered on repeats so rows (and their votes)
+        # stay apart; re-importing the same file gives the same ids.
+        record["id"] = record["pair_id"]
+        repeat = 1
+        while record["id"] in content_by_id:
+            repeat += 1
+            record["id"] = f"{record['pair_id']}-{repeat}"
+    elif content_by_id.get(record["id"], seen) != seen:
+        raise RowRejected("duplicate_id_conflict", f"id {record['id']!r} already used for other content")
+    content_by_id[record["id"]] = seen
+
+
+def convert_rows(path: Path, rows: Iterable[RawRow], convert: Callable[[dict[str, Any]], Converted],
+                 max_text_bytes: int, content_by_id: dict[str, Any],
+                 content: Callable[[dict[str, Any]], Any] = record_content
+                 ) -> tuple[list[Converted], list[dict[str, Any]]]:
+    """Each row as its record with its id (assign_id, `content_by_id` carrying the rows before), or
+    its quarantine entry: the row-by-row import's loop, which a batched import runs a batch at a time."""
+    converted: list[Converted] = []
+    quarantine: list[dict[str, Any]] = []
+    for row in rows:
+        if row.data is None:
+            quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
+            continue
+        try:
+            item = convert_row(row.data, convert, max_text_bytes)
+            assign_id(item.record, content_by_id, content)
+        except RowRejected as rejected:
+            quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
+            continue
+        converted.append(item)
+    return converted, quarantine
+
+
+def records_frame(records: list[dict[str, Any]], leading: tuple[str, ...],
+                  given: Iterable[str] | None = None) -> pl.DataFrame:
+    """Records as a frame: the `leading` columns, then the optional ones some record has (or, when
+    `given`, those named there: one schema for every batch of a file)."""
+    present = set(given) if given is not None else {k for r in records for k in r}
+    columns = list(leading) + [c for c in OPTIONAL_COLUMNS if c in present and c not in leading]
+    return pl.DataFrame(
+        {c: [r.get(c) for r in records] for c in columns},
+        schema={c: pl.Float64 if c in SCORE_COLUMNS else pl.String for c in columns},
+    )

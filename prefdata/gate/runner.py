@@ -112,7 +112,7 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
                 info["import"] = result.summary()
                 info["left_out"] = _left_out(result, votes)
                 read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read, shards=shards)
-                return _thin(shards), None, result.votes, None, None, {"sources": result.sources}
+                return _thin(shards), result.comparisons, result.votes, None, None, {"sources": result.sources}
         result = import_file(data, votes=votes)
         info["import"] = result.summary()
         info["left_out"] = _left_out(result, votes)
