@@ -326,8 +326,9 @@ def test_jsonl_nested_values_go_through_the_row_reader_and_model_columns_to_the_
 
 def test_a_file_imported_row_by_row_says_why(tmp_path):
     rows = [{"prompt": "q", "chosen": "a", "rejected": "b"}]
-    (tmp_path / "d.json").write_text(json.dumps(rows))
-    assert "JSON array (or object) file has no columnar path" in import_file(tmp_path / "d.json").row_by_row
+    parquet = write(rows, tmp_path / "d.parquet")
+    (tmp_path / "d.parquet.gz").write_bytes(gzip.compress(parquet.read_bytes()))
+    assert "not a compressed Parquet file" in import_file(tmp_path / "d.parquet.gz").row_by_row
     named = write_jsonl([{**rows[0], "model": "m"}], tmp_path / "m.jsonl")
     assert "model column" in import_file(named).row_by_row
     mixed = write(rows * 2, tmp_path / "mixed.parquet", id=["a", None])

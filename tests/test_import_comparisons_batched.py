@@ -212,14 +212,11 @@ def test_a_one_batch_file_is_the_in_memory_version(tmp_path):
 
 
 def test_containers_without_a_batched_path_say_why(tmp_path):
-    rows = comparison_rows()[:3]
-    (tmp_path / "c.json").write_text(json.dumps(rows))
-    assert "JSON array (or object) file has no columnar path" in import_file(tmp_path / "c.json").row_by_row
-    parquet = write(rows, tmp_path / "c.parquet")
+    """(A JSON array takes the batched path: tests/test_import_json_batched.py.)"""
+    parquet = write(comparison_rows()[:3], tmp_path / "c.parquet")
     (tmp_path / "c.parquet.gz").write_bytes(gzip.compress(parquet.read_bytes()))
     assert "not a compressed Parquet file" in import_file(tmp_path / "c.parquet.gz").row_by_row
-    for name in ("c.json", "c.parquet.gz"):
-        assert_frame_equal(import_file(tmp_path / name).comparisons, import_rows(tmp_path / name).comparisons)
+    assert_frame_equal(import_file(tmp_path / "c.parquet.gz").comparisons, import_rows(tmp_path / "c.parquet.gz").comparisons)
 
 
 def test_check_file_in_shards_reads_the_comparisons(tmp_path, shared_data, monkeypatch):

@@ -316,8 +316,10 @@ sys.exit(code)
 """
 
 
-def _import_with_peak(src, out) -> tuple[subprocess.CompletedProcess, int]:
-    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, "import", str(src), "--out", str(out)],
+def _import_with_peak(src, out, *options: str) -> tuple[subprocess.CompletedProcess, int]:
+    """`prefdata import SRC --out OUT` (or, out None, with `options` alone: --name ...) and its peak RSS in MB."""
+    where = ["--out", str(out)] if out is not None else []
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, "import", str(src), *where, *options],
                           capture_output=True, text=True, timeout=300)
     peak = int(done.stderr.rsplit("peak_rss_mb ", 1)[1].split()[0])
     return done, peak

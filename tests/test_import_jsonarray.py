@@ -55,7 +55,7 @@ def test_an_import_of_a_json_array_equals_its_json_lines(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     a, b = import_file(tmp_path / "d.json"), import_rows(tmp_path / "d.jsonl")
     assert a.pairs.equals(b.pairs) and [q["reason"] for q in a.quarantine] == ["empty_text:prompt"]
-    assert "JSON array" in a.row_by_row  # the row path, and it says why
+    assert a.row_by_row is None  # the batched path (tests/test_import_json_batched.py)
 
 
 @pytest.mark.parametrize(("content", "expected"), [

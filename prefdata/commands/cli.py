@@ -60,8 +60,8 @@ def import_cmd(
     max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = MAX_TEXT_BYTES,
     aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
                                                 "(weighted by each annotator's estimated quality).")] = "majority",
-    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet, JSON Lines, CSV or TSV file of more rows "
-                                                 "than this goes into the store this many rows at a time (bounds "
+    batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet, JSON Lines, JSON, CSV or TSV file of more "
+                                                 "rows than this goes into the store this many rows at a time (bounds "
                                                  "memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
 ) -> int:
@@ -315,8 +315,8 @@ def check(
     system_prompt: Annotated[Optional[str], typer.Option(help="template_fit: the system prompt the trainer puts first (default: the one NAME@VERSION's lineage records, else none).")] = None,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
-    batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, CSV or TSV file of more rows than this is "
-                                                 "checked this many rows at a time, from temporary shards (bounds "
+    batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, JSON, CSV or TSV file of more rows than this "
+                                                 "is checked this many rows at a time, from temporary shards (bounds "
                                                  "memory).", min=1)] = BATCH_ROWS,
     store: StoreOpt = None,
     dask: Annotated[Optional[str], typer.Option(help="Run the checks that read every row (row-local ones, exact and "

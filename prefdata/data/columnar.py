@@ -1,5 +1,5 @@
-"""Columnar import: a Parquet, JSON Lines, CSV or TSV file (the last three compressed or not) in the
-`trl` or `hh-rlhf` format, checked and given ids as whole columns (`trl-chat` rides the same batches
+"""Columnar import: a Parquet, JSON Lines, JSON, CSV or TSV file (all but Parquet compressed or not) in
+the `trl` or `hh-rlhf` format, checked and given ids as whole columns (`trl-chat` rides the same batches
 with every row through its reference converter: ROW_CONVERTED; `comparisons` too, in two passes,
 since its labels need every vote first: prefdata.data.comparison_batches).
 
@@ -12,6 +12,9 @@ files), at a small multiple of a polars read of the file. How:
   belongs, a line that is not one JSON object...) are read by the row reader itself, in their place;
 - a CSV or TSV file is read by the row reader's own CSV reader, a batch of lines at a time
   (prefdata.data.delimited), into text columns; the records it cannot use stay its rows;
+- a JSON file (an array of rows, `{"data": [...]}`...) is read by the row reader, as a stream, a
+  batch of rows at a time (prefdata.data.jsonarray); the rows whose values a frame holds as the row
+  path reads them become a frame, the others (a number where a text belongs, a list...) stay rows;
 - every check is first a vectorised *candidate* mask that is a superset of the rows it can reject
   (missing or non-text fields, a prompt with no visible ASCII character, chosen = rejected, a text
   over --max-text-bytes, an odd split, an infinite score, a blank id);
@@ -25,10 +28,10 @@ files), at a small multiple of a polars read of the file. How:
   window expressions over the kept rows in file order, carried from batch to batch.
 
 Anything this path does not cover exactly returns None (or raises MixedIds while the batches are
-read) and the caller imports row by row: another container (a JSON array, a compressed Parquet
-file); and, in every format but comparisons (whose rows are the row reader's and the converter's
-throughout), nested (list, struct) Parquet columns, bool or float optional columns (their text form
-is Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
+read) and the caller imports row by row: another container (a compressed Parquet file); and, in
+every format but comparisons (whose rows are the row reader's and the converter's throughout),
+nested (list, struct) Parquet columns, bool or float optional columns (their text form is
+Python's), `model`/`policy`/`cmp_key` columns, or some rows with an id and some without.
 """
 
 from __future__ import annotations
@@ -335,7 +338,7 @@ class ColumnarBatches:
 
 
 def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] | None = None) -> ColumnarImport | None:
-    """The import of a plain Parquet, JSON Lines, CSV or TSV file, or None when the row path must do
+    """The import of a plain Parquet, JSON Lines, JSON, CSV or TSV file, or None when the row path must do
     it (then `why`, when given, gets the reason)."""
     opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS, why)
     if opened is None:
@@ -375,7 +378,7 @@ def _refused(why: list[str] | None, reason: str) -> None:
 
 def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int = BATCH_ROWS,
                     why: list[str] | None = None) -> ColumnarBatches | ComparisonBatches | None:
-    """The columnar import of a plain Parquet, JSON Lines, CSV or TSV file, `batch_rows` rows (lines)
+    """The columnar import of a plain Parquet, JSON Lines, JSON, CSV or TSV file, `batch_rows` rows (lines)
     at a time (so a file of any size converts in the memory of one batch), or None when the row path
     must do it. The batches
     give exactly the rows, ids and quarantine of one pass over the whole file: the cross-row rules
@@ -390,10 +393,9 @@ def convert_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int =
         if kind in ("csv", "tsv"):
             return _csv_batches(path, "\t" if kind == "tsv" else ",", fmt, max_text_bytes, batch_rows, why)
         if kind == "json":
-            return _refused(why, "a JSON array (or object) file has no columnar path: it is read as a stream, row "
-                                 "by row (save it as JSON Lines for the columnar path)")
-        return _refused(why, "only Parquet, JSON Lines, CSV and TSV files have a columnar path (not a compressed "
-                             "Parquet file)")
+            return _json_batches(path, fmt, max_text_bytes, batch_rows, why)
+        return _refused(why, "only Parquet, JSON Lines, JSON, CSV and TSV files have a columnar path (not a "
+                             "compressed Parquet file)")
     try:
         schema = pl.read_parquet_schema(path)
         head = pl.read_parquet(path, n_rows=1)
@@ -544,6 +546,56 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     return opened
 
 
+def _json_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
+                  why: list[str] | None = None) -> ColumnarBatches | ComparisonBatches | None:
+    """The columnar import of a JSON file (an array of rows, `{"data": [...]}`, one object or JSON
+    Lines saved as .json; compressed or not): the row reader's rows, a stream, `batch_rows` at a time
+    (their numbers: the element, from 1), each batch a frame of the rows whose values it holds as the
+    row path reads them, the others through the reference converter (prefdata.data.jsonarray). The
+    rows are counted first, in one pass that keeps them when they are one batch."""
+    from prefdata.data import jsonarray
+
+    max_row_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
+    fmt, _ = _first_rows(path, fmt, max_row_bytes, why)
+    if fmt is None:
+        return None
+    read = jsonarray.survey(path, max_row_bytes, batch_rows)  # a broken document raises here, before any batch
+    if read.last == 0:
+        return _refused(why, "no rows")
+    n_batches = -(-read.last // batch_rows)
+    if fmt == "comparisons":
+        return comparison_batches(path, False, max_text_bytes, batch_rows, read.last, read.rows)
+    named = {"model", "policy", "cmp_key"} & read.keys
+    if named:
+        return _refused(why, _unsupported(pl.Schema({name: pl.String for name in named})))
+    present = None  # one batch: the columns its kept rows give
+    if n_batches > 1:  # the same columns in every batch: those some row of the file gives
+        present = _optional_columns(fmt, read.given)
+    earlier = _Earlier(carry=n_batches > 1)
+    opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
+    source = [read.rows] if read.rows is not None else rows_in_batches(read_rows(path, max_row_bytes), batch_rows,
+                                                                       n_batches)
+    del read  # the rows go with the batches
+
+    def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
+        for rows in source:
+            opened.read += len(rows)
+            # trl-chat's rows all go to its converter (its message lists are not a frame's)
+            framed, others = ([], rows) if fmt in ROW_CONVERTED else jsonarray.split(rows, max_text_bytes)
+            frame = jsonarray.frame(framed)
+            originals = {row.number: row.data for row in rows if row.data is not None}
+            del framed, rows
+            optional = _optional_columns(fmt, set().union(*originals.values()))
+            if present is not None:
+                optional = sorted(set(optional) | set(present), key=OPTIONAL_COLUMNS.index)
+            frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
+            yield _convert_frame(path, frame, fmt, "id", optional, present, max_text_bytes, earlier, others,
+                                 jsonl=True, originals=originals)
+
+    opened.batches = batches()
+    return opened
+
+
 def _row_batches(path: Path, batch_lines: int, max_line_bytes: int, n_batches: int
                  ) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
     """The row reader's rows of each `batch_lines` lines, as ndjson.batches gives them (all in the
@@ -562,12 +614,16 @@ def _read_batch(path: Path, start: int, rows: int) -> pl.DataFrame:
 
 def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, optional: list[str],
                    present: list[str] | None, max_text_bytes: int, earlier: _Earlier,
-                   read_by_rows: list[RawRow] | None = None, jsonl: bool = False
+                   read_by_rows: list[RawRow] | None = None, jsonl: bool = False,
+                   originals: dict[int, dict[str, Any]] | None = None
                    ) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
     """One batch of rows (`__row`: the file's row numbers): its kept pairs and its quarantine.
     `read_by_rows`: the rows the row reader read instead (JSON Lines: lines polars could read
-    differently; CSV: records it cannot use), converted as the row path converts them. `jsonl`: a
-    null in the frame is a key the line left out (unless marked written), not a value."""
+    differently; CSV: records it cannot use; JSON: rows the frame does not hold), converted as the
+    row path converts them. `jsonl`: a null in the frame is a key the line left out (unless marked
+    written), not a value. `originals`: the batch's rows as the reader gave them, by number (JSON:
+    the frame holds some values as the converter's text), which a frame row's candidate or conflict
+    is converted and quarantined as, instead of the frame's values."""
     as_read = frame  # the rows as the file gives them (for the converter and the quarantine)
     frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in optional if c not in frame.columns)
     if fmt in ROW_CONVERTED:  # every row is the reference converter's
@@ -584,7 +640,13 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     accepted: list[dict[str, Any]] = []
     by_rows = {row.number: row.data for row in read_by_rows or ()}
     as_given = as_written if jsonl else dict
-    for row in [*(read_by_rows or ()), *(RawRow(d.pop("__row"), as_given(d)) for d in as_read.filter(candidate).to_dicts())]:
+
+    def as_read_row(values: dict[str, Any]) -> RawRow:
+        """A row of the frame as the file gave it."""
+        number = values.pop("__row")
+        return RawRow(number, originals[number] if originals is not None else as_given(values))
+
+    for row in [*(read_by_rows or ()), *map(as_read_row, as_read.filter(candidate).to_dicts())]:
         if row.data is None:
             quarantine.append(quarantine_entry(path, row, row.error or "unreadable", row.detail))
             continue
@@ -623,8 +685,7 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
     if mode == "source":
         kept, conflicting = _source_id_conflicts(kept, earlier)
         for number, row_id in conflicting:
-            data = by_rows.get(number) or as_given(as_read.row(as_read["__row"].search_sorted(number), named=True))
-            data.pop("__row", None)
+            data = by_rows.get(number) or as_read_row(as_read.row(as_read["__row"].search_sorted(number), named=True)).data
             quarantine.append(quarantine_entry(path, RawRow(number, data), "duplicate_id_conflict",
                                                 f"id {row_id!r} already used for other content"))
     else:

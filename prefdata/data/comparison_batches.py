@@ -32,8 +32,8 @@ import polars as pl
 
 from prefdata.base.errors import UnusableInput
 from prefdata.data.formats import from_comparison, resolve, vote_label_frame
-from prefdata.data.readers import (ROW_BYTES_PER_TEXT_BYTE, parquet_problem, parquet_rows_in_batches, read_rows,
-                                   rows_in_batches)
+from prefdata.data.readers import (ROW_BYTES_PER_TEXT_BYTE, RawRow, parquet_problem, parquet_rows_in_batches,
+                                   read_rows, rows_in_batches)
 from prefdata.data.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
 from prefdata.data.rows import content_digest, convert_rows, records_frame
 
@@ -63,12 +63,13 @@ class ComparisonBatches:
 
 
 def comparison_batches(path: Path, parquet: bool, max_text_bytes: int, batch_rows: int,
-                       lines: int) -> ComparisonBatches:
-    """A comparisons file of `lines` lines (Parquet: records) in batches of `batch_rows` lines, read by
-    the row reader (a plain Parquet file a few thousand records at a time)."""
+                       lines: int, rows: list[RawRow] | None = None) -> ComparisonBatches:
+    """A comparisons file of `lines` lines (Parquet: records; JSON: elements) in batches of `batch_rows`
+    lines, read by the row reader (a plain Parquet file a few thousand records at a time). `rows`: the
+    file's rows, when they are already read (a JSON file of one batch, read once to count them)."""
     n_batches = max(1, -(-lines // batch_rows))
     opened = ComparisonBatches("comparisons", 0, n_batches, iter(()))
-    source = (_parquet_rows(path, min(batch_rows, PARQUET_READ_ROWS)) if parquet
+    source = (rows if rows is not None else _parquet_rows(path, min(batch_rows, PARQUET_READ_ROWS)) if parquet
               else read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
 
     def batches() -> Iterator[ComparisonBatch]:

@@ -190,6 +190,12 @@ def parse_score(row: Mapping[str, Any], name: str) -> float | None:
 _SPLIT = re.compile(r"^[A-Za-z0-9_]+$")
 
 
+def optional_text(value: Any) -> str:
+    """An optional column's value as the record keeps it: text as it is, a list or object as JSON,
+    anything else as Python writes it (5 -> "5")."""
+    return value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
 def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
     split = row.get("split")
     if split is not None and not _SPLIT.match(str(split)):
@@ -201,7 +207,7 @@ def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
     for name in OPTIONAL_COLUMNS:
         value = row.get(name)
         if value is not None and name != "prompt_messages" and name not in SCORE_COLUMNS:
-            kept[name] = value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+            kept[name] = optional_text(value)
     if "model" in row and row["model"] is not None:  # one model for both sides
         kept.setdefault("chosen_model", str(row["model"]))
         kept.setdefault("rejected_model", str(row["model"]))
@@ -219,14 +225,14 @@ def _pair(row: Mapping[str, Any], prompt: str, chosen: str, rejected: str, extra
     if chosen == rejected:
         raise RowRejected("identical_responses", "chosen is identical to rejected")
     key = prompt_id(prompt)
-    record = {"id": _source_id(row), "pair_id": pair_id_for(key, chosen, rejected), "prompt_id": key,
+    record = {"id": source_id(row), "pair_id": pair_id_for(key, chosen, rejected), "prompt_id": key,
               "prompt": prompt, "chosen": chosen, "rejected": rejected}
     record.update(_optional(row))
     record.update(extra or {})
     return Converted("pair", record)
 
 
-def _source_id(row: Mapping[str, Any]) -> str | None:
+def source_id(row: Mapping[str, Any]) -> str | None:
     """The source's own row id (`id`, or `idx` as PandaLM names it); None lets the importer use pair_id."""
     value = row.get("id", row.get("idx"))
     return None if value is None or str(value).strip() == "" else str(value)
@@ -344,7 +350,7 @@ def from_comparison(row: Mapping[str, Any]) -> Converted:
     label_column = _pick(row, LABEL_COLUMNS)
     label = parse_vote(row[label_column]) if label_column else None
     key = prompt_id(prompt)
-    record = {"id": _source_id(row), "pair_id": pair_id_for(key, response_a, response_b), "prompt_id": key,
+    record = {"id": source_id(row), "pair_id": pair_id_for(key, response_a, response_b), "prompt_id": key,
               "prompt": prompt, "response_a": response_a, "response_b": response_b, "label": label}
     record.update(_optional(row))
     return Converted("comparison", record, votes)

@@ -153,7 +153,7 @@ def import_file(
     columnar: bool = True,
     aggregate: str = "majority",
 ) -> ImportResult:
-    """Import a file. Parquet, JSON Lines, CSV and TSV go through the columnar path (prefdata.data.columnar:
+    """Import a file. Parquet, JSON Lines, JSON, CSV and TSV go through the columnar path (prefdata.data.columnar:
     the same rows, ids, reasons and row numbers, in batches; `trl` and `hh-rlhf` at a small multiple
     of a plain read); every other file, or `columnar=False`, goes row by row, the reference the
     columnar path is tested against (`row_by_row` says why)."""
