@@ -16,7 +16,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from prefdata.data.columnar import BATCH_ROWS, convert_columnar
-from prefdata.data.importer import import_file, import_file_to_store, import_rows, import_to_store
+from prefdata.data.importer import ImportResult, import_file, import_file_to_store, import_rows, import_to_store
 from prefdata.data.store import Store
 
 SMALL_BATCHES = (1, 2, 3, 7)
@@ -83,9 +83,9 @@ def write(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def assert_same_import(path: Path, batches: tuple[int, ...] = SMALL_BATCHES, **options) -> None:
-    """The batched import, in one batch and in batches of `batches` rows (lines), equals the row-by-row
-    reference: in memory, and streamed into the store (a shard per batch) against the reference's version."""
+def assert_same_batched_in_memory(path: Path, batches: tuple[int, ...], **options) -> ImportResult:
+    """The batched import in memory, in one batch and in batches of `batches` rows, equals the
+    row-by-row reference (every table, the quarantine, the summary, the sources); the reference."""
     why: list[str] = []
     assert convert_columnar(path, options.get("fmt", "auto"), options.get("max_text_bytes", 1 << 20), why) is not None, why
     reference = import_rows(path, **options)
@@ -102,6 +102,13 @@ def assert_same_import(path: Path, batches: tuple[int, ...] = SMALL_BATCHES, **o
         assert fast.quarantine == reference.quarantine, batch_rows
         assert fast.summary() == reference.summary()
         assert fast.sources == reference.sources
+    return reference
+
+
+def assert_same_import(path: Path, batches: tuple[int, ...] = SMALL_BATCHES, **options) -> None:
+    """The batched import, in one batch and in batches of `batches` rows (lines), equals the row-by-row
+    reference: in memory, and streamed into the store (a shard per batch) against the reference's version."""
+    reference = assert_same_batched_in_memory(path, batches, **options)
 
     store = Store(str(path.parent / f"store-{path.name}"))
     whole = import_to_store(reference, "whole", store)

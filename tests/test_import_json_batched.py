@@ -15,12 +15,11 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_batched import assert_same_results
 from test_import_columnar import chat_rows
-from test_import_comparisons_batched import comparison_rows, with_ids
+from test_import_comparisons_batched import assert_same_batched_in_memory, comparison_rows, with_ids
 from test_import_hardening import _import_with_peak
 from test_import_streamed import assert_same_version
 
 from prefdata.data import jsonarray
-from prefdata.data.columnar import BATCH_ROWS, convert_columnar
 from prefdata.data.importer import import_file, import_file_to_store, import_rows, import_to_store
 from prefdata.data.readers import RawRow, read_rows
 from prefdata.data.store import Store
@@ -63,22 +62,7 @@ def write_array(rows: list[dict], path: Path, faults: list[str] = READER_FAULTS)
 def assert_same_import(path: Path, folder: Path, batches: tuple[int, ...] = SMALL_BATCHES, **options) -> None:
     """The batched import, in one batch and in batches of `batches` rows, equals the row-by-row
     reference: in memory, and streamed into the store (a shard per batch) against the reference's version."""
-    why: list[str] = []
-    assert convert_columnar(path, options.get("fmt", "auto"), options.get("max_text_bytes", 1 << 20), why) is not None, why
-    reference = import_rows(path, **options)
-    for batch_rows in (BATCH_ROWS, *batches):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("prefdata.data.columnar.BATCH_ROWS", batch_rows)
-            fast = import_file(path, **options)
-        assert fast.row_by_row is None, fast.row_by_row
-        for table in ("pairs", "comparisons", "votes"):
-            mine, theirs = getattr(fast, table), getattr(reference, table)
-            assert (mine is None) == (theirs is None), table
-            if theirs is not None:
-                assert_frame_equal(mine, theirs)
-        assert fast.quarantine == reference.quarantine, batch_rows
-        assert fast.summary() == reference.summary()
-        assert fast.sources == reference.sources
+    reference = assert_same_batched_in_memory(path, batches, **options)
 
     store = Store(str(folder / f"store-{path.name}"))
     whole = import_to_store(reference, "whole", store)
