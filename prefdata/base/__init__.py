@@ -4,6 +4,7 @@
     outputs     output paths checked before any work
     scratch     private temporary folders, swept after a killed run
     processes   servers a command starts die with it; a stopped command ends in seconds
+    allocator   the bulk data commands keep freed memory for reuse (fewer page faults)
     progress    per-stage progress of a flow run, and how a command draws it
     specs       the one syntax of judges, scorers and verifiers ("llm:PATH", "rm:PATH", "rule:mod:fn")
     targets     the one loader of "module:function" settings

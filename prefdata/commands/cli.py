@@ -690,6 +690,8 @@ def _on_sigterm(signum, frame) -> None:
 # crash and then sends the signal again) is done; their Prefect server runs in a session of its own
 # (prefdata.flows.server), so a signal to the whole process group leaves it up for that report.
 _FLOW_COMMANDS = {"collect", "demo", "serve"}
+# commands that stream a whole file or version through polars and Arrow (prefdata.base.allocator)
+_BULK_DATA_COMMANDS = {"import", "check", "filter", "publish"}
 # What a stopped command keeps, for its one line. A stop that the normal unwinding does not finish
 # within STOP_GRACE_S (a generate() call in a task thread cannot be interrupted) ends the process
 # there, after stopping the servers it started (prefdata.base.processes).
@@ -724,6 +726,10 @@ def main(argv: list[str] | None = None) -> None:
         home = os.path.abspath(os.path.join(".prefdata", "prefect"))
         os.makedirs(home, exist_ok=True)  # Prefect makes only the last folder
         os.environ["PREFECT_HOME"] = home
+    if command in _BULK_DATA_COMMANDS and argv is None:  # a real command line: its own process's allocators
+        from prefdata.base.allocator import keep_freed_memory
+
+        keep_freed_memory()  # before polars is imported
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if command != "serve" and threading_main() else None
     if command in KEPT_AFTER_STOP and argv is None:  # a real command line, not main() inside another program
         from prefdata.base.processes import deadline_after_signal
