@@ -337,10 +337,13 @@ class ColumnarBatches:
     batches: Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]
 
 
-def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] | None = None) -> ColumnarImport | None:
+def convert_columnar(path: Path, fmt: str, max_text_bytes: int, why: list[str] | None = None,
+                     opened: ColumnarBatches | ComparisonBatches | None = None) -> ColumnarImport | None:
     """The import of a plain Parquet, JSON Lines, JSON, CSV or TSV file, or None when the row path must do
-    it (then `why`, when given, gets the reason)."""
-    opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS, why)
+    it (then `why`, when given, gets the reason). `opened`: its batches, if the caller has opened them
+    already (convert_batches, none read yet)."""
+    if opened is None:
+        opened = convert_batches(path, fmt, max_text_bytes, BATCH_ROWS, why)
     if opened is None:
         return None
     if isinstance(opened, ComparisonBatches):  # labels need every vote: the records go to importer._finish

@@ -152,15 +152,17 @@ def import_file(
     track: Track | None = None,
     columnar: bool = True,
     aggregate: str = "majority",
+    opened: ColumnarBatches | ComparisonBatches | None = None,
 ) -> ImportResult:
     """Import a file. Parquet, JSON Lines, JSON, CSV and TSV go through the columnar path (prefdata.data.columnar:
     the same rows, ids, reasons and row numbers, in batches; `trl` and `hh-rlhf` at a small multiple
     of a plain read); every other file, or `columnar=False`, goes row by row, the reference the
-    columnar path is tested against (`row_by_row` says why)."""
+    columnar path is tested against (`row_by_row` says why). `opened`: the file's batches as
+    convert_batches opened them (none read yet), which spares a second pass over the file."""
     path = Path(src)
     why: list[str] = []
     if columnar:
-        done = convert_columnar(path, fmt, max_text_bytes, why)
+        done = convert_columnar(path, fmt, max_text_bytes, why, opened)
         if done is not None:
             return _finish(path, done.format, done.pairs, done.comparisons, done.votes, done.quarantine, done.read,
                            votes, aggregate)
@@ -302,7 +304,8 @@ def import_file_to_store(
             return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
         except MixedIds as exc:  # ids on some rows only: the row path settles their collisions, in memory
             why.append(str(exc).removeprefix(f"{path}: "))
-    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate, columnar=not why)
+    result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate, columnar=not why,
+                         opened=opened if opened is not None and opened.n_batches == 1 else None)
     if why:
         result.row_by_row = why[0]
     return result, import_to_store(result, name, store, guidelines)
@@ -403,12 +406,13 @@ def import_file_to_shards(
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     aggregate: str = "majority",
     batch_rows: int | None = None,
-) -> tuple[ImportResult, list[str]] | None:
+) -> tuple[ImportResult, list[str] | None]:
     """A file the columnar path takes, of more than one batch of rows, imported into temporary Parquet shards (one
     per batch, removed when the process exits) for a batched checklist run (checks/batched.py):
     the result (its `pairs` holds only the kept ids) and the shards' paths (the gate reads them
     with checks/shards.py's Shards).
-    None when the file is one batch, or not one the columnar path takes: import it in memory."""
+    Any other file (one batch, or not one the columnar path takes) is imported in memory (import_file):
+    its result, and None for the paths."""
     import shutil
 
     from prefdata.base.scratch import scratch_dir
@@ -416,10 +420,10 @@ def import_file_to_shards(
     path = Path(src)
     opened = convert_batches(path, "auto", max_text_bytes, batch_rows or BATCH_ROWS)
     if opened is None or opened.n_batches < 2:
-        return None
+        return import_file(path, votes=votes, max_text_bytes=max_text_bytes, aggregate=aggregate, opened=opened), None
     folder = scratch_dir("shards")  # removed at exit, on SIGTERM, or by the next run after a SIGKILL
     if isinstance(opened, ComparisonBatches):
-        return _comparisons_to_shards(path, opened, folder, votes, aggregate)
+        return _comparisons_to_shards(path, opened, folder, votes, aggregate, max_text_bytes)
     ids: list[pl.Series] = []
     quarantine: list[dict[str, Any]] = []
     paths: list[str] = []
@@ -435,14 +439,14 @@ def import_file_to_shards(
         paths = []
     if not paths:  # ids on some rows only, or nothing kept: the in-memory import says what happened
         shutil.rmtree(folder, True)
-        return None
+        return import_file(path, votes=votes, max_text_bytes=max_text_bytes, aggregate=aggregate), None
     result = _finish(path, opened.format, pl.DataFrame({"id": pl.concat(ids)}), [], [], quarantine, opened.read,
                      votes, aggregate)
     return result, paths
 
 
 def _comparisons_to_shards(path: Path, opened: ComparisonBatches, folder: Path, votes: str | Path | None,
-                           aggregate: str) -> tuple[ImportResult, list[str]] | None:
+                           aggregate: str, max_text_bytes: int) -> tuple[ImportResult, list[str] | None]:
     """import_file_to_shards of a comparisons file: a shard of the pairs of each batch that resolves
     some; the result's `comparisons` (no texts) go to the checks that read labels and models."""
     import shutil
@@ -458,5 +462,5 @@ def _comparisons_to_shards(path: Path, opened: ComparisonBatches, folder: Path, 
         del pairs, comparisons  # before the next batch is read back
     if not paths:  # no comparison became a pair: the in-memory import says what happened
         shutil.rmtree(folder, True)
-        return None
+        return import_file(path, votes=votes, max_text_bytes=max_text_bytes, aggregate=aggregate), None
     return _comparisons_result(path, spilled, kept, votes, file_votes_read), paths

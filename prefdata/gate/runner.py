@@ -104,16 +104,17 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
         from prefdata.data.importer import import_file, import_file_to_shards
 
         if read is not None:  # the file under check: a big one is imported into temporary shards
-            sharded = import_file_to_shards(data, votes=votes, batch_rows=batch_rows)
-            if sharded is not None:
+            result, shard_paths = import_file_to_shards(data, votes=votes, batch_rows=batch_rows)
+            if shard_paths is not None:
                 from prefdata.checks.shards import Shards
 
-                result, shards = sharded[0], Shards(sharded[1])
+                shards = Shards(shard_paths)
                 info["import"] = result.summary()
                 info["left_out"] = _left_out(result, votes)
                 read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read, shards=shards)
                 return _thin(shards), result.comparisons, result.votes, None, None, {"sources": result.sources}
-        result = import_file(data, votes=votes)
+        else:
+            result = import_file(data, votes=votes)
         info["import"] = result.summary()
         info["left_out"] = _left_out(result, votes)
         if read is not None:  # the rows a file loses at read count against the gate (checks/checklist.py)
