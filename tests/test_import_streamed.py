@@ -94,6 +94,23 @@ def test_streamed_content_ids_number_repeats_across_batches(tmp_path, suffix):
     assert ids.n_unique() == ids.len() and ids.str.ends_with("-3").sum() >= 50  # rows 100-149, third time
 
 
+def test_a_one_batch_file_has_its_lines_counted_once(tmp_path, monkeypatch):
+    """import and check FILE open the file's batches once to learn it is one batch, then hand them
+    to the in-memory import: counting the lines of a 1M-line file again cost a pass over it."""
+    from prefdata.data import ndjson
+    from prefdata.data.importer import import_file_to_shards
+
+    counted: list[Path] = []
+    count_lines = ndjson.count_lines
+    monkeypatch.setattr(ndjson, "count_lines", lambda path: counted.append(path) or count_lines(path))
+    path = realistic_file(tmp_path, 500, "jsonl")
+    result, version = import_file_to_store(path, "n", Store(str(tmp_path / "store")))
+    assert counted == [path] and result.kept == 500 - len(result.quarantine)
+    checked, shard_paths = import_file_to_shards(path)
+    assert counted == [path, path] and shard_paths is None
+    assert checked.summary() == result.summary()
+
+
 @pytest.mark.parametrize("suffix", ["parquet", "jsonl.gz"])
 def test_cli_import_batch_rows(tmp_path, suffix):
     path = realistic_file(tmp_path, 2_000, suffix)
