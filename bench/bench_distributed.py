@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-rows", type=int, default=250_000)
     parser.add_argument("--data", type=Path, default=None, help="the realistic Parquet file (made if missing)")
-    parser.add_argument("--skip-single", action="store_true", help="only the Dask run")
+    parser.add_argument("--skip-single", action="store_true", help="only the Dask run (no comparison)")
     args = parser.parse_args()
 
     from distributed import Client, LocalCluster
@@ -70,20 +70,20 @@ def main() -> None:
     print(f"dask: {args.n} pairs, {args.workers} workers x 1 thread, --batch-rows {args.batch_rows}: "
           f"{wall:.0f} s wall, exit {code}, client (the command) peak RSS {peak:.2f} GB, "
           f"worker peak RSS {', '.join(f'{gb:.2f}' for gb in workers.values())} GB")
+    many = json.loads((out / "dask.json").read_text())["checks"]
+    for c in many:
+        if "seconds" in c["details"]:
+            print(f"  {c['id']:24} {c['details']['seconds']:8.1f} s on dask")
     if args.skip_single:
         return
     wall1, peak1, code1 = _command([*base, "--json", str(out / "one.json")], env)
     print(f"one process: {wall1:.0f} s wall, exit {code1}, peak RSS {peak1:.2f} GB")
     one = json.loads((out / "one.json").read_text())["checks"]
-    many = json.loads((out / "dask.json").read_text())["checks"]
     differ = [a["id"] for a, b in zip(one, many)
               if (a["status"], a["metric"], a["message"], a["offending"]) != (b["status"], b["metric"], b["message"],
                                                                             b["offending"])]
     print(f"reports agree (status, metric, message, offending ids): {not differ and len(one) == len(many)}"
           + (f"; differ: {', '.join(differ)}" if differ else ""))
-    for c in many:
-        if "seconds" in c["details"]:
-            print(f"  {c['id']:24} {c['details']['seconds']:8.1f} s on dask")
 
 
 if __name__ == "__main__":
