@@ -7,7 +7,7 @@ large buffers, and polars' jemalloc purges freed pages within a second. The next
 faults in fresh pages, each zeroed by the kernel: importing 1M JSON Lines pairs took 3.0 million
 page faults and 10 s of system time out of 21 s of wall time. Kept for reuse (glibc: no mmap below
 32 MB, no trimming, the heap grown 256 MB at a time; jemalloc: freed pages kept 3 s + 3 s), the same
-import takes 1.1 million faults and 4.7 s, for 2.9 -> 3.4 GB peak (bench/RESULTS.md, "Freed memory
+import takes 1.1 million faults and 4.7 s, for 2.9 -> 3.3-3.5 GB peak (bench/RESULTS.md, "Freed memory
 kept for reuse"). glibc's three settings work together (tests/test_allocator.py's pattern: 0.77M
 faults by default, 0.10M with all three, 0.41M with the best one alone, the heap's growth).
 
@@ -34,7 +34,7 @@ JEMALLOC_CONF = "_RJEM_MALLOC_CONF"
 # pola-rs/polars#18088) and appends what it finds here, which wins. Freed pages kept 3 s, then
 # advised free (muzzy) and kept 3 s more. Longer saves few more faults for much more peak memory
 # (1M JSON Lines pairs, glibc set as below: 30 s and 0 s, 0.98M faults and 3.9 GB peak; 3 s and 3 s,
-# 1.1M and 3.3 GB; polars' own, 1.6M and 3.3 GB)
+# 1.1M and 3.3-3.5 GB; polars' own, 1.6M and 3.3 GB)
 JEMALLOC_KEEP_FREED = "dirty_decay_ms:3000,muzzy_decay_ms:3000"
 
 
