@@ -34,12 +34,41 @@ def _peak_gb() -> float:
     return (status_mb("VmHWM") or 0.0) / 1e3
 
 
-def _command(args: list[str], env: dict) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS GB, exit status) of one command."""
+def _rss_gb() -> float:
+    from bench.memory import status_mb
+
+    return (status_mb("VmRSS") or 0.0) / 1e3
+
+
+def _command(args: list[str], env: dict, client=None) -> tuple[float, float, int, dict]:
+    """(wall seconds, peak RSS GB, exit status, {worker: (its largest sampled RSS GB, seconds into the
+    command)}) of one command; with a client, the workers' RSS is sampled every 2 s, to say in which
+    check a worker peaked (the report's seconds per check give the order)."""
+    import threading
+
     started = time.perf_counter()
     process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    largest: dict = {}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(2.0):
+            try:
+                now = client.run(_rss_gb)
+            except Exception:  # a worker restarting: sample again next time
+                continue
+            for worker, gb in now.items():
+                if gb > largest.get(worker, (0.0, 0.0))[0]:
+                    largest[worker] = (gb, time.perf_counter() - started)
+
+    sampler = threading.Thread(target=sample, daemon=True) if client is not None else None
+    if sampler:
+        sampler.start()
     _, status, usage = os.wait4(process.pid, 0)
-    return time.perf_counter() - started, usage.ru_maxrss / 1e6, os.waitstatus_to_exitcode(status)
+    done.set()
+    if sampler:
+        sampler.join()
+    return time.perf_counter() - started, usage.ru_maxrss / 1e6, os.waitstatus_to_exitcode(status), largest
 
 
 def main() -> None:
@@ -65,18 +94,24 @@ def main() -> None:
 
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=40, local_directory=str(out)) as cluster, Client(cluster) as client:
-        wall, peak, code = _command([*base, "--json", str(out / "dask.json"), "--dask", cluster.scheduler_address], env)
+        pids = client.run(os.getpid)
+        wall, peak, code, sampled = _command([*base, "--json", str(out / "dask.json"), "--dask",
+                                              cluster.scheduler_address], env, client)
         workers = client.run(_peak_gb)
+        restarted = pids != client.run(os.getpid)
     print(f"dask: {args.n} pairs, {args.workers} workers x 1 thread, --batch-rows {args.batch_rows}: "
           f"{wall:.0f} s wall, exit {code}, client (the command) peak RSS {peak:.2f} GB, "
-          f"worker peak RSS {', '.join(f'{gb:.2f}' for gb in workers.values())} GB")
+          f"worker peak RSS {', '.join(f'{gb:.2f}' for gb in workers.values())} GB"
+          + (" (a worker was restarted: its peak is the new process's)" if restarted else ""))
+    print("largest sampled worker RSS (GB at seconds into the command): "
+          + ", ".join(f"{gb:.2f} at {at:.0f} s" for gb, at in sampled.values()))
     many = json.loads((out / "dask.json").read_text())["checks"]
     for c in many:
         if "seconds" in c["details"]:
             print(f"  {c['id']:24} {c['details']['seconds']:8.1f} s on dask")
     if args.skip_single:
         return
-    wall1, peak1, code1 = _command([*base, "--json", str(out / "one.json")], env)
+    wall1, peak1, code1, _ = _command([*base, "--json", str(out / "one.json")], env)
     print(f"one process: {wall1:.0f} s wall, exit {code1}, peak RSS {peak1:.2f} GB")
     one = json.loads((out / "one.json").read_text())["checks"]
     differ = [a["id"] for a, b in zip(one, many)

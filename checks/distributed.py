@@ -229,6 +229,15 @@ def _band_keys_of(part: Any, kind: str, columns: list[str], num_perm: int, ngram
     return _sign_blocks(texts, num_perm, ngram, seed, bands, rows, None, None)[1]
 
 
+def _band_records_of(part: Any, kind: str, columns: list[str], num_perm: int, ngram: int, seed: int, bands: int,
+                     rows: int, first: int, later: np.ndarray) -> Any:
+    """The near-duplicate shuffle's input for one source: its rows signed and their band records.
+    One task, so a partition's band keys live only until its records are made (persisted for every
+    partition at once they were 25 bands x 8 bytes a row held on the workers through the shuffle:
+    0.5 GB a worker at 10M pairs on 4)."""
+    return _band_records(_band_keys_of(part, kind, columns, num_perm, ngram, seed, bands, rows), first, later)
+
+
 def _band_records(band_keys: np.ndarray, first: int, later: np.ndarray) -> Any:
     """One (key, band, position) record per band of every row that is not a later exact copy: LSH
     runs on distinct texts, as in one process."""
@@ -333,10 +342,11 @@ def _routed(frame: Any, column: str, sources: list[_Source]) -> list[Any]:
 def _near_clusters(sources: list[_Source], columns: list[str], n: int, first: np.ndarray, *, threshold: float,
                    num_perm: int, ngram: int, seed: int) -> Any:
     """checks/minhash.py `_find_near_duplicates` over the sources' rows (positions 0..n-1), on Dask:
-    band keys per partition (persisted), later exact copies left out, records shuffled on their band
-    key, each bucket's candidate edges routed to the partition of `a` (its text attached) and then of
-    `b` (screened and verified there); only verified edges come back, and their connected components
-    are taken here as in one process (labels = smallest position). `first`: `_first_copies`."""
+    band keys per partition (signed in the task that makes its records), later exact copies left out,
+    records shuffled on their band key, each bucket's candidate edges routed to the partition of `a`
+    (its text attached) and then of `b` (screened and verified there); only verified edges come back,
+    and their connected components are taken here as in one process (labels = smallest position).
+    `first`: `_first_copies`."""
     import dask
     import dask.dataframe as dd
 
@@ -347,11 +357,10 @@ def _near_clusters(sources: list[_Source], columns: list[str], n: int, first: np
     if not sources or n == 0:
         return NearDuplicates(first.copy(), bands, rows, m, 0, 0, first)
     later = np.flatnonzero(first != np.arange(n))
-    signed = dask.persist(*[dask.delayed(_band_keys_of)(s.part, s.kind, columns, num_perm, ngram, seed, bands, rows)
-                            for s in sources])
     records = dd.from_delayed(
-        [dask.delayed(_band_records)(keys, s.first, later[(later >= s.first) & (later < s.first + s.count)])
-         for keys, s in zip(signed, sources)],
+        [dask.delayed(_band_records_of)(s.part, s.kind, columns, num_perm, ngram, seed, bands, rows, s.first,
+                                        later[(later >= s.first) & (later < s.first + s.count)])
+         for s in sources],
         meta=_band_records(np.zeros((bands, 0), np.uint64), 0, np.zeros(0, np.int64)))
     edges = records.shuffle(on="key", npartitions=len(sources)).map_partitions(
         _bucket_edges, meta=_bucket_edges(records._meta))
@@ -362,7 +371,6 @@ def _near_clusters(sources: list[_Source], columns: list[str], n: int, first: np
     verified = dask.compute(*[dask.delayed(_verify_here)(e, s.part, s.kind, s.first, columns, threshold, num_perm,
                                                          ngram, seed)
                               for e, s in zip(_routed(with_a, "b", sources), sources)])
-    del signed
     a = np.concatenate([v[0] for v in verified]) if verified else np.zeros(0, np.int64)
     b = np.concatenate([v[1] for v in verified]) if verified else np.zeros(0, np.int64)
     candidates, screened_out, checked, similar = (int(sum(v[2][k] for v in verified)) for k in range(4))

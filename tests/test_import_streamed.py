@@ -127,3 +127,33 @@ def test_cli_import_batch_rows(tmp_path, suffix):
     where = ("version", "quarantine_file")  # in the version's folder
     assert {k: v for k, v in s.items() if k not in where} == {k: v for k, v in w.items() if k not in where}
     assert_same_version(Store(str(tmp_path / "store")), s["version"], w["version"])
+
+
+def test_the_lineage_sha256_is_of_the_file_as_imported_even_when_hashed_ahead(tmp_path):
+    """import hashes the source in a thread while it parses (importer.hash_ahead): the lineage holds
+    the file's sha256; a file rewritten after that thread started is hashed again, not given the
+    digest of what it held before."""
+    import hashlib
+
+    from prefdata.data import importer
+
+    path = realistic_file(tmp_path, 400, "jsonl")
+    store = Store(str(tmp_path / "store"))
+    result, _ = import_file_to_store(path, "p", store)
+    assert result.sources[0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert str(path) not in importer._AHEAD  # taken, not left behind
+
+    importer.hash_ahead(path)
+    importer._AHEAD[str(path)][0].join()
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:200]))  # another size: another stamp
+    result = import_file(path)
+    assert result.read == 200
+    assert result.sources[0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_hash_ahead_leaves_files_that_never_end_alone():
+    from prefdata.data import importer
+
+    importer.hash_ahead(Path("/dev/zero"))
+    assert "/dev/zero" not in importer._AHEAD

@@ -76,11 +76,57 @@ class ImportResult:
 
 
 def _sha256(path: Path) -> str:
+    """The file's sha256 for the lineage: the one `hash_ahead` computed, if it is of this very
+    file (same size and mtime), else computed now."""
+    ahead = _AHEAD.pop(str(path), None)
+    if ahead is not None:
+        thread, stamp, digest = ahead
+        thread.join()
+        if digest and stamp == _stamp(path):
+            return digest[0]
+    return _sha256_now(path)
+
+
+def _sha256_now(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# Files whose sha256 a thread is computing while the import reads them: hashlib and file reads
+# release the GIL, so the lineage's digest (1 s a 1.4 GB file) costs the second core's time while
+# the first counts and parses lines, not wall time after the import.
+_AHEAD: dict[str, tuple[Any, tuple[int, int] | None, list[str]]] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def hash_ahead(path: Path) -> None:
+    """Start the sha256 of a regular file in a daemon thread (never /dev/zero or a pipe, which never
+    end; a daemon, so that an import that stops on bad input exits without waiting for it)."""
+    import threading
+
+    if not path.is_file() or str(path) in _AHEAD:
+        return
+    digest: list[str] = []
+
+    def run() -> None:
+        try:
+            digest.append(_sha256_now(path))
+        except OSError:
+            pass  # _sha256 computes it again, and says what is wrong
+
+    thread = threading.Thread(target=run, name="prefdata-source-sha256", daemon=True)
+    _AHEAD[str(path)] = (thread, _stamp(path), digest)
+    thread.start()
 
 
 def _looks_utf16(path: Path) -> bool:
@@ -161,6 +207,7 @@ def import_file(
     convert_batches opened them (none read yet), which spares a second pass over the file."""
     path = Path(src)
     why: list[str] = []
+    hash_ahead(path)
     if columnar:
         done = convert_columnar(path, fmt, max_text_bytes, why, opened)
         if done is not None:
@@ -296,6 +343,7 @@ def import_file_to_store(
     `batch_rows` (default BATCH_ROWS): rows per batch."""
     path = Path(src)
     why: list[str] = []
+    hash_ahead(path)
     opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS, why)
     if isinstance(opened, ComparisonBatches) and opened.n_batches > 1:
         return _import_comparisons_streamed(path, opened, name, store, votes, aggregate, guidelines)
@@ -418,6 +466,7 @@ def import_file_to_shards(
     from prefdata.base.scratch import scratch_dir
 
     path = Path(src)
+    hash_ahead(path)
     opened = convert_batches(path, "auto", max_text_bytes, batch_rows or BATCH_ROWS)
     if opened is None or opened.n_batches < 2:
         return import_file(path, votes=votes, max_text_bytes=max_text_bytes, aggregate=aggregate, opened=opened), None
