@@ -68,7 +68,32 @@ ON_DASK = tuple(c for c in CHECKS if c in (*ROW_LOCAL, EXACT_ID, NEAR_ID, "split
 NEAR_THRESHOLD = default("split_isolation", "near_threshold")
 
 
-def _polars(part: Any) -> pl.DataFrame:
+@dataclass(frozen=True)
+class _Shard:
+    """A Parquet shard that the task comparing its rows reads itself (checks/shards.py's paths or
+    fsspec URLs), for the stages of a check that compares rows with rows. Given to each task as an
+    argument, not as the Dask DataFrame's partition task: a partition task that several stages of one
+    graph depend on stays in worker memory until the last of them runs, after the shuffles, so every
+    partition of the file was held at once (3.4 GB a worker at 10M pairs on 4 workers)."""
+
+    path: str
+    fs: Any = None
+
+    def read(self, columns: list[str] | None = None) -> pl.DataFrame:
+        if self.fs is None:
+            return pl.read_parquet(self.path, columns=columns)
+        with self.fs.open(self.path, "rb") as handle:
+            return pl.read_parquet(handle.read(), columns=columns)
+
+    def height(self) -> int:
+        if self.fs is None:
+            return pl.scan_parquet(self.path).select(pl.len()).collect().item()
+        return self.read(["id"]).height
+
+
+def _polars(part: Any, columns: list[str] | None = None) -> pl.DataFrame:
+    if isinstance(part, _Shard):
+        return part.read(columns)
     return part if isinstance(part, pl.DataFrame) else pl.from_pandas(part)
 
 
@@ -137,11 +162,11 @@ class _Source:
     count: int
 
 
-def _rows(part: Any, kind: str) -> pl.DataFrame:
-    """The partition's rows of `kind`, in order."""
+def _rows(part: Any, kind: str, columns: list[str] | None = None) -> pl.DataFrame:
+    """The partition's rows of `kind`, in order (`columns`: at least those, when kind is all)."""
     from .isolation import split_train_eval
 
-    frame = _polars(part)
+    frame = _polars(part, columns if kind == "all" else None)
     if kind != "all":
         train, held_out = split_train_eval(frame)
         frame = train if kind == "train" else (held_out if held_out is not None else frame.clear())
@@ -149,11 +174,13 @@ def _rows(part: Any, kind: str) -> pl.DataFrame:
 
 
 def _selected(part: Any, kind: str, columns: list[str]) -> pl.DataFrame:
-    return _rows(part, kind).select(columns)
+    return _rows(part, kind, columns).select(columns)
 
 
 def _count(part: Any, kind: str) -> int:
-    return _rows(part, kind).height if kind != "all" else len(part)
+    if kind != "all":
+        return _rows(part, kind).height
+    return part.height() if isinstance(part, _Shard) else len(part)
 
 
 def _sources(parts: list[tuple[Any, str]], start: int = 0) -> list[_Source]:
@@ -411,9 +438,11 @@ class _Pairs:
     """The pairs' partitions as sources (every row, at its row number) and the exact copies found so
     far, which exact_duplicates and near_duplicates (scope pair) share: one shuffle, not two."""
 
-    def __init__(self, ddf: Any):
+    def __init__(self, ddf: Any, shards: list[_Shard] | None = None):
         self.ddf = ddf
-        self.sources = _sources([(p, "all") for p in ddf.to_delayed()])
+        # the stages that compare rows read each shard themselves (`_Shard`); else the partitions
+        self.parts = shards or ddf.to_delayed()
+        self.sources = _sources([(p, "all") for p in self.parts])
         self.n = sum(s.count for s in self.sources)
         self._first: dict[tuple[str, ...], np.ndarray] = {}
 
@@ -513,7 +542,7 @@ def split_isolation(ddf: Any, eval_ddf: Any = None, votes: pl.DataFrame | None =
     from .isolation import CHECK_ID, check_split_isolation
 
     pairs = ddf.ddf if isinstance(ddf, _Pairs) else ddf
-    parts = pairs.to_delayed()
+    parts = ddf.parts if isinstance(ddf, _Pairs) else pairs.to_delayed()
     train = _sources([(p, "train") for p in parts])
     n_train = sum(s.count for s in train)
     held_out = eval_ddf if eval_ddf is not None else pairs
@@ -685,7 +714,8 @@ def run_on_dask(inputs: CheckInputs, config: dict[str, Any], check_ids: list[str
     for c in rows:
         computed[c].details.setdefault("seconds", seconds)
         results[c] = [computed[c]]
-    pairs = _Pairs(ddf) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(check_ids) else None
+    pairs = (_Pairs(ddf, shards_of(inputs)) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(check_ids)
+             else None)
     for c in check_ids:
         if c not in ROW_LOCAL:
             results[c] = run_one(c, lambda **p: _run_compared(c, pairs, p, eval_ddf, inputs.votes),  # noqa: B023
@@ -725,6 +755,13 @@ def pairs_frame(inputs: CheckInputs, partition_rows: int = 250_000) -> tuple[Any
     else:
         ddf = scattered(inputs.pairs)
     return ddf, (scattered(inputs.eval_pairs) if inputs.eval_pairs is not None else None)
+
+
+def shards_of(inputs: CheckInputs) -> list[_Shard] | None:
+    """The pairs' Parquet shards as `_Shard`s, when they are in shards (pairs_frame reads them)."""
+    if inputs.shards is None:
+        return None
+    return [_Shard(path, inputs.shards.fs) for path in inputs.shards.paths]
 
 
 LOCAL = r"local:(\d+)"

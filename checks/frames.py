@@ -57,14 +57,21 @@ def row_blocks(row_bytes: np.ndarray, block_bytes: int | None = None) -> list[tu
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """The texts' UTF-8 bytes back to back (a read-only view, no copy) and int64 offsets (n + 1)."""
+def large_binary(texts: pl.Series):
+    """A String column as one Arrow large_binary array (contiguous bytes, int64 offsets). Through
+    polars' Binary: 2.5x faster than to_arrow() of the String column and a cast to large_string
+    (0.20 s against 0.49 s for 1M realistic replies, 0.57 GB), the same buffers."""
     import pyarrow as pa
 
-    arr = texts.cast(pl.String).fill_null("").to_arrow()
-    if hasattr(arr, "combine_chunks"):
+    arr = texts.cast(pl.Binary).to_arrow(compat_level=pl.CompatLevel.oldest())
+    if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    arr = arr.cast(pa.large_string())
+    return arr if arr.type == pa.large_binary() else arr.cast(pa.large_binary())
+
+
+def utf8_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The texts' UTF-8 bytes back to back (a read-only view, no copy) and int64 offsets (n + 1)."""
+    arr = large_binary(texts.cast(pl.String).fill_null(""))
     _, offsets_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)

@@ -55,6 +55,8 @@ from typing import Callable, Protocol
 import numpy as np
 import polars as pl
 
+from .frames import large_binary
+
 # Defaults (checks/dedup.py cites the sources for 5-grams, ~128 values and Jaccard 0.8).
 DEFAULT_NUM_PERM = 128
 DEFAULT_NGRAM = 5
@@ -123,15 +125,9 @@ def _texts_buffer(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """UTF-8 bytes of all texts back to back, followed by at least 8 padding bytes (so 8-byte windows
     can be read at every position), and int64 offsets (n + 1). One copy (polars -> arrow), no more:
     the padding is a sentinel text appended before the conversion."""
-    import pyarrow as pa
-
     n = len(texts)
     padded = texts.cast(pl.String).fill_null("").clone().append(pl.Series([" " * 8], dtype=pl.String))
-    arr = padded.to_arrow()
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if arr.type != pa.large_string():
-        arr = arr.cast(pa.large_string())
+    arr = large_binary(padded)
     _, off_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 2]
     base, end = int(offsets[0]), int(offsets[-1])

@@ -157,3 +157,24 @@ def test_hash_ahead_leaves_files_that_never_end_alone():
 
     importer.hash_ahead(Path("/dev/zero"))
     assert "/dev/zero" not in importer._AHEAD
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 20])
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r", b""])
+def test_lines_are_counted_as_the_readers_number_them_whatever_the_block_size(tmp_path, monkeypatch, block, ending):
+    """count_lines reads into one buffer of BLOCK_BYTES: a "\\r\\n" cut by two reads is one line end,
+    and a last line without an end counts, as the row readers number the lines."""
+    from prefdata.data import delimited, ndjson
+
+    monkeypatch.setattr(ndjson, "BLOCK_BYTES", block)
+    monkeypatch.setattr(delimited, "BLOCK_BYTES", block)
+    body = b"a" + ending + b"bb" + ending + b"ccc"
+    path = tmp_path / "f.jsonl"
+    for data, lines in ((body, 3 if ending else 1), (body + ending, 3 if ending else 1)):
+        path.write_bytes(data)
+        assert delimited.count_lines(path) == lines, (data, block)
+        path.write_bytes(gzip.compress(data))
+        assert delimited.count_lines(path) == lines, (data, block)
+    newline_lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    path.write_bytes(body)
+    assert ndjson.count_lines(path) == newline_lines

@@ -196,7 +196,8 @@ def _with_lengths(texts: pl.Series) -> list:
     import numpy as np
     import pyarrow as pa
 
-    data = texts.fill_null("").to_arrow(compat_level=pl.CompatLevel.oldest()).cast(pa.large_binary())
+    # through polars' Binary, not String: 2.5x faster (checks/frames.py `large_binary`)
+    data = texts.fill_null("").cast(pl.Binary).to_arrow(compat_level=pl.CompatLevel.oldest())
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
     # from the offsets, not pyarrow.compute.binary_length(...).to_numpy(), which imports pandas (~1 s)

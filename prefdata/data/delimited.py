@@ -25,18 +25,20 @@ CHUNK_ROWS = 20_000  # records held as Python lists before they become a frame
 
 def count_lines(path: Path) -> int:
     """The file's physical lines as the CSV reader numbers them ("\\n", "\\r\\n" or a lone "\\r" ends
-    one; a last line without a newline counts): one pass of bytes.count."""
-    lines, last = 0, b"\n"
+    one; a last line without a newline counts): one pass of bytearray.count, into one buffer
+    (ndjson.count_lines)."""
+    lines, last = 0, ord("\n")
+    block = bytearray(BLOCK_BYTES)
     with _open_data(path) as handle:
         try:
-            while block := handle.read(BLOCK_BYTES):
-                lines += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n")
-                if last == b"\r" and block[:1] == b"\n":
+            while read := handle.readinto(block):
+                lines += block.count(b"\n", 0, read) + block.count(b"\r", 0, read) - block.count(b"\r\n", 0, read)
+                if last == ord("\r") and block[0] == ord("\n"):
                     lines -= 1  # a "\r\n" cut in two by the blocks
-                last = block[-1:]
+                last = block[read - 1]
         except (OSError, EOFError, zlib.error) as exc:
             raise _stream_error(path, handle, exc) from None
-    return lines + (last not in (b"\n", b"\r"))
+    return lines + (last not in (ord("\n"), ord("\r")))
 
 
 def batches(path: Path, delimiter: str, limit: int, batch_lines: int, n_batches: int

@@ -60,16 +60,18 @@ def _corrupt(path: Path, exc: Exception) -> UnusableInput:
 
 def count_lines(path: Path) -> int:
     """The file's physical lines, as the row reader numbers them (a last line without a newline
-    counts): one pass of bytes.count."""
-    lines, last = 0, b"\n"
+    counts): one pass of bytearray.count, into one buffer (a fresh block each read cost twice the
+    time: 1.4 GB of new pages to fault in)."""
+    lines, last = 0, ord("\n")
+    block = bytearray(BLOCK_BYTES)
     with _open_data(path) as handle:
         try:
-            while block := handle.read(BLOCK_BYTES):
-                lines += block.count(b"\n")
-                last = block[-1:]
+            while read := handle.readinto(block):
+                lines += block.count(b"\n", 0, read)
+                last = block[read - 1]
         except (OSError, EOFError, zlib.error) as exc:
             raise _corrupt(path, exc) from None
-    return lines + (last != b"\n")
+    return lines + (last != ord("\n"))
 
 
 def columns_given(path: Path, optional_columns: tuple[str, ...], written_columns: tuple[str, ...]) -> set[str]:
