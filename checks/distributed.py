@@ -349,9 +349,9 @@ def _verify_here(edges: Any, part: Any, kind: str, first: int, columns: list[str
     sketch, screenable = _sketches(both, num_perm, ngram, seed)
     left, right = np.arange(a.size), a.size + np.arange(a.size)
     screened = _Screen(sketch, screenable, threshold)(left, right)
-    ok = _verify_mask(both.gather, left[screened], right[screened], ngram, threshold, VERIFY_BYTES)
+    ok, exact = _verify_mask(both.gather, left[screened], right[screened], ngram, threshold, VERIFY_BYTES)
     kept = np.flatnonzero(screened)[ok]
-    return a[kept], b[kept], (int(a.size), int(a.size - screened.sum()), int(screened.sum()), int(ok.sum()))
+    return a[kept], b[kept], (int(a.size), int(a.size - exact.sum()), int(exact.sum()), int(ok.sum()))
 
 
 def _routed(frame: Any, column: str, sources: list[_Source]) -> list[Any]:

@@ -413,6 +413,29 @@ def test_signature_screen_never_drops_a_pair_at_the_threshold():
     assert flagged_pair[exact >= 0.8].all()
 
 
+def test_fine_screen_keeps_pairs_at_the_threshold_and_stops_most_far_below():
+    """Before exact Jaccard, candidates are screened again on a longer second signature
+    (minhash._fine_screen): no pair at or above the threshold is dropped there, and most pairs at
+    Jaccard 0.45-0.6, which the first screen (128 values) lets through, stop there."""
+    from prefdata.checks import minhash
+
+    n = 800
+    base, other = _edited_pairs(seed=9, n=n, words=100, max_edits=40)
+    texts = pl.Series(base + other)
+    exact = np.array([jaccard(a, b) for a, b in zip(base, other)])
+    a, b = np.arange(n), n + np.arange(n)
+    data, offsets = minhash._texts_buffer(texts)
+    sketch = minhash._signature_chunk(data, offsets, 0, 2 * n, 5, 128, 0, minhash._Densifier(128, 0))
+    first = minhash._Screen(sketch.astype(np.uint8), np.ones(2 * n, dtype=bool), 0.8)(a, b)
+    fine = minhash._fine_screen(texts, a, b, 5, 0.8)
+    far_below = (exact >= 0.45) & (exact < 0.6)
+    assert (exact >= 0.8).sum() > 50 and far_below.sum() > 50
+    assert fine[exact >= 0.8].all() and first[exact >= 0.8].all()
+    assert first[far_below].mean() > 0.3  # what exact verification used to pay for
+    assert fine[far_below].mean() < 0.05
+    assert minhash._fine_screen(pl.Series(["short text", "short text!"]), np.array([0]), np.array([1]), 5, 0.8).all()
+
+
 def test_realistic_generator_is_deterministic_and_its_truth_is_what_the_checks_find():
     from bench.realistic import make_realistic_pairs
 
