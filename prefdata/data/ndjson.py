@@ -223,11 +223,6 @@ def _read_differently(frame: pl.DataFrame, texts: pl.Series, text_columns: tuple
     column's value becomes its str()), polars' are its column's. One pass of one pattern per line
     for the types (the rules as alternatives), one for the keys."""
     values = [c for c in frame.columns if c != "__row"]
-    keys_read = frame.select(pl.sum_horizontal([pl.col(c).is_not_null() for c in values]) if values else pl.lit(0))
-    # a key given twice: more keys written than values read (a text's `":` only adds flags)
-    # (nulls counted for the frame's own columns: a key polars was not told of, written as null, is flagged)
-    nulls = texts.str.count_matches(f'"(?:{"|".join(map(re.escape, values))})"' + _NULL_VALUE) if values else 0
-    flags = texts.str.count_matches(_KEY_SEPARATOR) > keys_read.to_series() + nulls
     rules: dict[str, list[str]] = {}
     for name in values:
         if name in text_columns:
@@ -238,7 +233,17 @@ def _read_differently(frame: pl.DataFrame, texts: pl.Series, text_columns: tuple
             rule = _NOT_INTEGER_OR_TEXT + ("|" + _NUMBER if frame.schema[name] == pl.String else "")
         rules.setdefault(f"(?:{rule})", []).append(re.escape(name))
     odd_value = "|".join([_ESCAPED_KEY] + [f'"(?:{"|".join(names)})"' + rule for rule, names in rules.items()])
-    return flags | texts.str.contains(odd_value)
+    line = pl.lit(texts)
+    # one select: polars makes the passes over the lines on several threads at once (~30% faster)
+    found = frame.select(
+        # a key given twice: more keys written than values read (a text's `":` only adds flags);
+        # nulls counted for the frame's own columns: a key polars was not told of, written as null, is flagged
+        keys_read=pl.sum_horizontal([pl.col(c).is_not_null() for c in values]) if values else pl.lit(0),
+        nulls=line.str.count_matches(f'"(?:{"|".join(map(re.escape, values))})"' + _NULL_VALUE) if values else pl.lit(0),
+        keys_written=line.str.count_matches(_KEY_SEPARATOR),
+        odd_value=line.str.contains(odd_value),
+    )
+    return (found["keys_written"] > found["keys_read"] + found["nulls"]) | found["odd_value"]
 
 
 def _unflagged_types(frame: pl.DataFrame, score_columns: tuple[str, ...]) -> pl.DataFrame:
