@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from prefdata.checks.base import CheckResult, default, skip
-from prefdata.checks.frames import ids, len_bytes, row_blocks
+from prefdata.checks.frames import ids, len_bytes, per_distinct, row_blocks
 from prefdata.checks.ngrams import overlap_in_blocks, word_ngram_overlap  # noqa: F401 - word_ngram_overlap: public here too
 from prefdata.checks.tfidf import FEATURE_DIM, NGRAM_SIZES, tfidf_matrix, top_ngrams
 from prefdata.data.records import normalise_expr
@@ -161,10 +161,14 @@ class LexiconScorer:
         return f"LexiconScorer({sizes})"
 
     def flags(self, texts: pl.Series) -> pl.DataFrame:
-        """One boolean column per category (null text: false). Only rows that match the combined
-        pattern are matched per category, so clean data costs one regex pass; a category's hits are
-        matched again with its `unless` sentences cut out, and count only if they still match."""
-        low = texts.cast(pl.String).fill_null("").str.to_lowercase()
+        """One boolean column per category (null text: false), each distinct text matched once
+        (frames.per_distinct). Only rows that match the combined pattern are matched per category,
+        so clean data costs one regex pass; a category's hits are matched again with its `unless`
+        sentences cut out, and count only if they still match."""
+        return per_distinct(texts.cast(pl.String).fill_null(""), self._flags)
+
+    def _flags(self, texts: pl.Series) -> pl.DataFrame:
+        low = texts.str.to_lowercase()
         hit = low.str.contains(self.any_pattern).to_numpy()
         out = {c: np.zeros(len(low), dtype=bool) for c in self.categories}
         rows = np.flatnonzero(hit)

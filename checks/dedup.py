@@ -33,7 +33,7 @@ import polars as pl
 from prefdata.data import records
 
 from .base import CheckResult, default, skip
-from .frames import BLOCK_BYTES, len_bytes, row_blocks
+from .frames import BLOCK_BYTES, len_bytes, per_distinct, row_blocks
 
 # the engine; its public names (and the tunables tests shrink) are re-exported here
 from .minhash import (  # noqa: F401
@@ -92,22 +92,9 @@ def _first_by_text(columns: Sequence[pl.Series]) -> np.ndarray:
 # normalised copy is never held at once. Rows compared per batch when hash-equal rows are checked for real.
 COMPARE_ROWS = 1 << 16
 
-# Normalise each distinct text of a block once when at most this share of its rows are distinct.
-REUSE_SHARE = 0.8
-
-
 def _normalise_reused(texts: pl.Series) -> pl.Series:
-    """`normalise_series`, with each distinct text normalised once and gathered back to its rows:
-    preference data reuses text (a chosen reply shared by sibling pairs, a prompt by its pairs,
-    canned refusals), and finding the copies (one hash pass) costs far less than normalising them.
-    A column with little reuse is normalised row by row, as before."""
-    texts = texts.cast(pl.String)
-    first = (pl.DataFrame({"t": texts}).with_row_index("i")
-             .select(pl.col("i").min().over("t")).to_series().to_numpy())
-    distinct = np.flatnonzero(first == np.arange(first.size))
-    if distinct.size > REUSE_SHARE * first.size:
-        return normalise_series(texts)
-    return normalise_series(texts.gather(distinct)).gather(np.searchsorted(distinct, first)).alias(texts.name)
+    """`normalise_series`, with each distinct text normalised once (frames.per_distinct)."""
+    return per_distinct(texts.cast(pl.String), normalise_series).alias(texts.name)
 
 
 class _Texts:

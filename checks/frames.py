@@ -1,5 +1,5 @@
 """Helpers shared by the checks that work on frames of text: the ids of flagged rows, row blocks of
-a bounded size, and text columns as UTF-8 byte buffers for the numpy engines (checks/ngrams.py,
+a bounded size, a function of each distinct text computed once, and text columns as UTF-8 byte buffers for the numpy engines (checks/ngrams.py,
 checks/tfidf.py). No check lives here. checks/dedup.py blocks its rows (several columns
 together) with `row_blocks` too.
 """
@@ -39,6 +39,25 @@ def text_chars(frame: pl.DataFrame, column: str) -> pl.Expr:
 def has_text(frame: pl.DataFrame, column: str) -> bool:
     """Does `frame` have `column`, as text or as its lengths (`text_chars`)?"""
     return column in frame.columns or f"{column}_chars" in frame.columns
+
+
+# `per_distinct` computes a function once per distinct text when at most this share of the rows are
+# distinct; a column with less reuse costs the hash pass that finds the copies for nothing.
+REUSE_SHARE = 0.8
+
+
+def per_distinct(texts: pl.Series, function) -> pl.Series | pl.DataFrame:
+    """function(texts) -- a Series or a frame with one row per text -- computed on each distinct
+    text once and gathered back to its rows. Preference data reuses text (a prompt in each of its
+    pairs, a chosen reply shared by sibling pairs, canned refusals): finding the copies is one hash
+    pass, far cheaper than normalising or matching patterns on them again. A column with little
+    reuse goes to `function` whole."""
+    first = (pl.DataFrame({"t": texts}).with_row_index("i")
+             .select(pl.col("i").min().over("t")).to_series().to_numpy())
+    distinct = np.flatnonzero(first == np.arange(first.size))
+    if distinct.size > REUSE_SHARE * first.size:
+        return function(texts)
+    return function(texts.gather(distinct))[np.searchsorted(distinct, first)]
 
 
 def len_bytes(texts: pl.Series) -> np.ndarray:

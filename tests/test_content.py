@@ -214,6 +214,18 @@ def test_lexicon_scorer_protocol_and_validation():
     assert {"political", "institutions", "religion"} <= by_severity["sensitive"]
 
 
+def test_lexicon_flags_each_distinct_text_once_with_the_flags_of_every_row():
+    """Reused text (a prompt in each of its pairs, a shared reply) is matched once and its flags
+    gathered back to every row: the same frame as matching row by row, nulls included."""
+    scorer = LexiconScorer({"weapons": ["bazookas?"], "fight": {"severity": "unsafe", "terms": ["duel him"],
+                                                                  "unless": ["in chess"]}})
+    reused = ["I want a Bazooka.", "I will duel him in chess.", None, "I will duel him. Now.", "tea"] * 40
+    texts = pl.Series(reused + [f"unique bazooka {k}" for k in range(10)], dtype=pl.String)
+    row_by_row = pl.concat([scorer._flags(texts.slice(k, 1).fill_null("")) for k in range(len(texts))])
+    assert scorer.flags(texts).equals(row_by_row)
+    assert scorer.flags(texts)["weapons"].sum() == 50 and scorer.flags(texts)["fight"].sum() == 40
+
+
 def test_a_version_1_lexicon_counts_every_hit(tmp_path):
     """The lexicon before severities (plain lists per category) keeps failing on every hit: the
     before-figures of bench/bench_safety.py come from it."""
