@@ -433,7 +433,11 @@ def test_fine_screen_keeps_pairs_at_the_threshold_and_stops_most_far_below():
     assert fine[exact >= 0.8].all() and first[exact >= 0.8].all()
     assert first[far_below].mean() > 0.3  # what exact verification used to pay for
     assert fine[far_below].mean() < 0.05
-    assert minhash._fine_screen(pl.Series(["short text", "short text!"]), np.array([0]), np.array([1]), 5, 0.8).all()
+    # too short, or long but repeating a few shingles (its values would be borrowed, not drawn):
+    # not screened, left to exact verification; a long pair of other texts is screened out
+    repeating = pl.Series(["short text", "short text!", "abcdefghijk " * 80, "zyxwvutsrqp " * 80, base[0], base[1]])
+    screened = minhash._fine_screen(repeating, np.array([0, 2, 4]), np.array([1, 3, 5]), 5, 0.8)
+    assert screened.tolist() == [True, True, False]
 
 
 def test_realistic_generator_is_deterministic_and_its_truth_is_what_the_checks_find():
