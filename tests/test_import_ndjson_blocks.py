@@ -76,3 +76,32 @@ def test_a_declared_column_the_block_leaves_out_is_not_a_column(tmp_path):
     assert columns[24] == {"prompt", "chosen", "rejected"}  # a block of lines 20-29 or so
     assert "category" in columns[30] and frames[30]["category"].dtype == ndjson.pl.Null
     same_in_blocks(path)
+
+
+@pytest.mark.parametrize("batch_lines", [1, 2, 3, 5, 100])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_lines_read_say_when_the_file_ends_and_count_as_count_lines(tmp_path, monkeypatch, batch_lines, block):
+    """ndjson.batches reports, with each batch, the lines read and whether the file ends there: the
+    columnar import counts lines apart only when it does not end in the first batch. Blank lines, a
+    last line without a newline and a line over the limit count as count_lines counts them."""
+    monkeypatch.setattr(ndjson, "BLOCK_BYTES", block)
+    rows = [json.dumps(pair(i)) for i in range(4)]
+    bodies = {
+        "plain": "\n".join(rows) + "\n",
+        "no last newline": "\n".join(rows),
+        "blank lines": "\n" + rows[0] + "\n\n" + "\n".join(rows[1:]) + "\n\n",
+        "a long line": rows[0] + "\n" + json.dumps(pair(9, source="x" * 3000)) + "\n" + rows[1] + "\n",
+        "empty": "",
+    }
+    for name, body in bodies.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(body)
+        total = ndjson.count_lines(path)
+        read = ndjson.LinesRead()
+        seen = []
+        for _ in ndjson.batches(path, batch_lines, 1000, ("prompt", "chosen", "rejected"), (), read):
+            seen.append((read.lines, read.ended))
+        assert read.ended and read.lines == total, name
+        assert [ended for _, ended in seen] == [False] * (len(seen) - 1) + [True] * bool(seen), name
+        assert len(seen) == -(-total // batch_lines), name
+        assert all(lines == min(k * batch_lines, total) for k, (lines, _) in enumerate(seen, 1)), name

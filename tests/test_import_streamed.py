@@ -94,21 +94,25 @@ def test_streamed_content_ids_number_repeats_across_batches(tmp_path, suffix):
     assert ids.n_unique() == ids.len() and ids.str.ends_with("-3").sum() >= 50  # rows 100-149, third time
 
 
-def test_a_one_batch_file_has_its_lines_counted_once(tmp_path, monkeypatch):
-    """import and check FILE open the file's batches once to learn it is one batch, then hand them
-    to the in-memory import: counting the lines of a 1M-line file again cost a pass over it."""
+@pytest.mark.parametrize("suffix", ["jsonl", "jsonl.gz"])
+def test_lines_are_counted_apart_only_for_a_file_of_several_batches(tmp_path, monkeypatch, suffix):
+    """import and check FILE parse a JSON Lines file's first batch before choosing the in-memory or
+    the batched import: a file that ends in it (most files) is never read again to count its lines
+    (a pass over 1.4 GB, or a second decompression); a longer one is counted once per command."""
     from prefdata.data import ndjson
     from prefdata.data.importer import import_file_to_shards
 
     counted: list[Path] = []
     count_lines = ndjson.count_lines
     monkeypatch.setattr(ndjson, "count_lines", lambda path: counted.append(path) or count_lines(path))
-    path = realistic_file(tmp_path, 500, "jsonl")
+    path = realistic_file(tmp_path, 500, suffix)
     result, version = import_file_to_store(path, "n", Store(str(tmp_path / "store")))
-    assert counted == [path] and result.kept == 500 - len(result.quarantine)
     checked, shard_paths = import_file_to_shards(path)
-    assert counted == [path, path] and shard_paths is None
+    assert counted == [] and shard_paths is None and result.kept == 500 - len(result.quarantine)
     assert checked.summary() == result.summary()
+    batched, shard_paths = import_file_to_shards(path, batch_rows=200)
+    assert counted == [path] and len(shard_paths) == 3
+    assert batched.summary() == result.summary()
 
 
 @pytest.mark.parametrize("suffix", ["parquet", "jsonl.gz"])

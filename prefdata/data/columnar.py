@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from operator import methodcaller
 from pathlib import Path
 from typing import Any
@@ -513,7 +513,15 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     fmt, _ = _first_rows(path, fmt, max_line_bytes, why)
     if fmt is None:
         return None
-    lines = ndjson.count_lines(path)
+    source = None
+    if fmt == "comparisons" or fmt in ROW_CONVERTED:
+        lines = ndjson.count_lines(path)
+    else:  # the first batch is parsed now: a file that ends in it (most files) needs no pass to count lines
+        read = ndjson.LinesRead()
+        parsed = ndjson.batches(path, batch_rows, max_line_bytes, TEXT, SCORE_COLUMNS, read)
+        head = next(parsed, None)
+        lines = read.lines if read.ended else ndjson.count_lines(path)
+        source = chain([] if head is None else [head], parsed)
     if lines == 0:
         return _refused(why, "no rows")
     if fmt == "comparisons":
@@ -527,8 +535,8 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     opened = ColumnarBatches(fmt, 0, n_batches, iter(()))
 
     # a format whose rows all go to the reference converter skips polars: it would parse them twice
-    source = (_row_batches(path, batch_rows, max_line_bytes, n_batches) if fmt in ROW_CONVERTED
-              else ndjson.batches(path, batch_rows, max_line_bytes, TEXT, SCORE_COLUMNS))
+    if source is None:
+        source = _row_batches(path, batch_rows, max_line_bytes, n_batches)
 
     def batches() -> Iterator[tuple[pl.DataFrame, list[dict[str, Any]]]]:
         for frame, rows in source:

@@ -379,16 +379,41 @@ def _parse_block(first: int, lines: list[bytes | _Oversized], max_line_bytes: in
     return frame, rows
 
 
+@dataclass
+class LinesRead:
+    """What `batches` has read when it yields a batch: the file's physical lines so far (as
+    count_lines numbers them) and whether the file ends there."""
+
+    lines: int = 0
+    ended: bool = False
+
+
+_NO_BLOCK = object()
+
+
+def _with_last(blocks: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+    """(block, is it the last?) for each block: one block read ahead."""
+    block = next(blocks, _NO_BLOCK)
+    while block is not _NO_BLOCK:
+        after = next(blocks, _NO_BLOCK)
+        yield block, after is _NO_BLOCK
+        block = after
+
+
 def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tuple[str, ...],
-            score_columns: tuple[str, ...]) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
+            score_columns: tuple[str, ...], read: LinesRead | None = None
+            ) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
     """(frame, reference rows) for each `batch_lines` physical lines of the file, in order: as many
     batches as `count_lines` / batch_lines, rounded up. A batch's rows read are its frame's rows
-    plus its reference rows."""
+    plus its reference rows. `read`, when given, says at each batch how many lines are read and
+    whether the file ends with that batch (columnar: a file that ends in its first batch needs no
+    line count)."""
+    read = read if read is not None else LinesRead()
     first, boundary = 1, 1 + batch_lines  # the next line's number; the first line of the next batch
     frames: list[pl.DataFrame] = []
     rows: list[RawRow] = []
     declared = _Declared()
-    for lines in _physical_lines(path, max_line_bytes):
+    for lines, last_block in _with_last(_physical_lines(path, max_line_bytes)):
         if isinstance(lines, _Lines):
             frame, block_rows = _parse_run(first, lines, max_line_bytes, text_columns, score_columns, declared)
             first += lines.count
@@ -399,12 +424,14 @@ def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tup
             inside = frame["__row"] < boundary
             frames.append(frame.filter(inside))
             rows += [r for r in block_rows if r.number < boundary]
+            read.lines, read.ended = boundary - 1, last_block and first == boundary
             yield _joined(frames, rows)
             frame, block_rows = frame.filter(~inside), [r for r in block_rows if r.number >= boundary]
             frames, rows = [], []
             boundary += batch_lines
         frames.append(frame)
         rows += block_rows
+    read.lines, read.ended = first - 1, True
     if first > boundary - batch_lines:  # the last batch, shorter
         yield _joined(frames, rows)
 
