@@ -506,7 +506,8 @@ def _jsonl_batches(path: Path, fmt: str, max_text_bytes: int, batch_rows: int,
     """The columnar import of a JSON Lines file (gzipped or not), `batch_rows` lines at a time
     (prefdata.data.ndjson parses them; the lines polars could read differently go through the row
     reader). The format is the row path's choice from the first rows; None when that path must say
-    what is wrong with the file."""
+    what is wrong with the file. The lines are counted (a pass over the file) only when there are
+    more than one batch of them, or when the format reads them all as rows anyway."""
     from prefdata.data import ndjson
 
     max_line_bytes = ROW_BYTES_PER_TEXT_BYTE * max_text_bytes
