@@ -17,8 +17,9 @@ value of another type, a key it does not name) sends the block back to inference
 differently in two blocks of a batch sends the minority's rows to the reference (_joined), so a
 quarantined row shows its values as its line wrote them.
 
-Memory: the file is read a block at a time (BLOCK_BYTES; one block ahead, to know where it ends); a line over `max_line_bytes` is never held
-whole (a `row_too_large` row); a batch holds the parsed frames of its blocks, not their bytes.
+Memory: the file is read a block at a time (BLOCK_BYTES; one block ahead, to know where it ends);
+a line over `max_line_bytes` is never held whole (a `row_too_large` row); a batch holds the parsed
+frames of its blocks, not their bytes.
 """
 
 from __future__ import annotations
