@@ -1,7 +1,7 @@
 """Helpers shared by the checks that work on frames of text: the ids of flagged rows, row blocks of
-a bounded size, a function of each distinct text computed once, and text columns as UTF-8 byte buffers for the numpy engines (checks/ngrams.py,
-checks/tfidf.py). No check lives here. checks/dedup.py blocks its rows (several columns
-together) with `row_blocks` too.
+a bounded size, a function of each distinct text computed once (`per_distinct`), and text columns as
+UTF-8 byte buffers for the numpy engines (checks/ngrams.py, checks/tfidf.py). No check lives here.
+checks/dedup.py blocks its rows (several columns together) with `row_blocks` too.
 """
 
 from __future__ import annotations
