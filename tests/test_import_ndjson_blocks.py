@@ -10,7 +10,7 @@ import json
 import pytest
 from test_import_columnar import ODD_LINES, assert_same_import, faulty_rows
 
-from prefdata.data import ndjson
+from prefdata.data import columnar, ndjson
 from prefdata.data.importer import import_file, import_rows
 
 BLOCKS = (64, 700, 1 << 20)  # a line or two a block, several lines a block, the whole file
@@ -105,3 +105,23 @@ def test_lines_read_say_when_the_file_ends_and_count_as_count_lines(tmp_path, mo
         assert [ended for _, ended in seen] == [False] * (len(seen) - 1) + [True] * bool(seen), name
         assert len(seen) == -(-total // batch_lines), name
         assert all(lines == min(k * batch_lines, total) for k, (lines, _) in enumerate(seen, 1)), name
+
+
+@pytest.mark.parametrize("id_chunk", [1, 3, 100_000])
+def test_ids_computed_while_the_blocks_parse_are_the_reference_ids(tmp_path, monkeypatch, id_chunk):
+    """The import computes each block's ids on a worker while the next block parses
+    (columnar._IdsAhead), sending them ID_CHUNK rows at a time: with batches that end inside a block,
+    rows a batch moves to the row reader (a column typed differently in two blocks) and rows the
+    converter quarantines, the ids are the reference's."""
+    monkeypatch.setattr(columnar, "ID_CHUNK", id_chunk)
+    taken = []  # the batches' ids, as the worker gave them
+    take = columnar._IdsAhead.take
+    monkeypatch.setattr(columnar._IdsAhead, "take", lambda self, rows: taken.append(take(self, rows)) or taken[-1])
+    rows = [pair(i, category="news", score_chosen=7) for i in range(8)]
+    rows += [pair(i, category=5, score_chosen=7.5) for i in range(8, 12)]  # a line a block: rows 9-12 are moved
+    rows += [pair(i, category="news", score_chosen=7) for i in range(12, 18)] + faulty_rows()[:12]
+    rows += [pair(9, prompt=""), pair(10, chosen="same", rejected="same"), pair(11)]
+    path = tmp_path / "ahead.jsonl"
+    write_lines(path, rows)
+    same_in_blocks(path)
+    assert taken  # the import used them

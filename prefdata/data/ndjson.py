@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -402,13 +402,14 @@ def _with_last(blocks: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
 
 
 def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tuple[str, ...],
-            score_columns: tuple[str, ...], read: LinesRead | None = None
-            ) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
+            score_columns: tuple[str, ...], read: LinesRead | None = None,
+            parsed: Callable[[pl.DataFrame], None] | None = None) -> Iterator[tuple[pl.DataFrame, list[RawRow]]]:
     """(frame, reference rows) for each `batch_lines` physical lines of the file, in order: as many
     batches as `count_lines` / batch_lines, rounded up. A batch's rows read are its frame's rows
     plus its reference rows. `read`, when given, says at each batch how many lines are read and
     whether the file ends with that batch (columnar: a file that ends in its first batch needs no
-    line count)."""
+    line count). `parsed`, when given, is called with each block's frame as soon as it is parsed (the
+    importer starts work on its rows while the next block parses)."""
     read = read if read is not None else LinesRead()
     first, boundary = 1, 1 + batch_lines  # the next line's number; the first line of the next batch
     frames: list[pl.DataFrame] = []
@@ -421,6 +422,8 @@ def batches(path: Path, batch_lines: int, max_line_bytes: int, text_columns: tup
         else:
             frame, block_rows = _parse_block(first, lines, max_line_bytes, text_columns, score_columns)
             first += len(lines)
+        if parsed is not None and frame.height:
+            parsed(frame)
         while first >= boundary:  # every line of this batch is read
             inside = frame["__row"] < boundary
             frames.append(frame.filter(inside))
