@@ -22,7 +22,8 @@ files), at a small multiple of a polars read of the file. How:
   row, which gives each its exact reason and detail, or keeps it when the candidate was harmless;
 - ids: records.normalise_series once per run of equal texts (in slices of ID_CHUNK rows), then
   sha256 of the same length-prefixed parts as records._digest, each row's parts joined by Arrow
-  into one message and hashed in two threads;
+  into one message and hashed in two threads; for JSON Lines, on a worker while the next blocks
+  parse (_IdsAhead);
 - hh-rlhf's prompt split (formats.split_hh) runs row by row: the format needs it;
 - the cross-row rules (numbered repeats of a content id, an id reused for other content) are
   window expressions over the kept rows in file order, carried from batch to batch.

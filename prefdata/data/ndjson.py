@@ -204,11 +204,16 @@ _NUMBER = r'\s*:\s*-?\d'
 def _line_texts(lines: list[bytes] | bytes) -> pl.Series | None:
     """The lines as a text column (a list of lines, or lines joined by newlines, split by Arrow without
     a Python object per line), or None when one is not UTF-8."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if isinstance(lines, bytes):
-        column = pl.from_arrow(pc.split_pattern(pa.array([lines], pa.large_binary()), b"\n").flatten())
+        # one value over the bytes as they are (no copy), built from buffers: pa.array([lines]) would
+        # copy them, and import pandas (~0.3 s) to check what it was given
+        offsets = pa.py_buffer(np.array([0, len(lines)], dtype=np.int64))
+        whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(lines)])
+        column = pl.from_arrow(pc.split_pattern(whole, b"\n").flatten())
     else:
         column = pl.Series(lines, dtype=pl.Binary)
     try:
