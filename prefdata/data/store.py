@@ -71,6 +71,7 @@ CONFIG_DIRS = {"default": "data", "sft": "sft", "comparisons": "comparisons", "v
 # encodes ~25% faster for files ~2.5% larger (level 1: ~45% faster, ~27% larger). The version id
 # hashes the file bytes, so a level change gives the same content a new version id, once.
 ZSTD_LEVEL = 2
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how polars' errors name the OSError under them
 
 
 def _now() -> str:
@@ -358,7 +359,13 @@ class Store:
             return self._put(folder, rel, buffer.getbuffer())
         path = f"{folder}/{rel}"
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        frame.write_parquet(path, compression="zstd", compression_level=ZSTD_LEVEL, statistics=False)
+        try:
+            frame.write_parquet(path, compression="zstd", compression_level=ZSTD_LEVEL, statistics=False)
+        except pl.exceptions.PolarsError as exc:  # polars wraps the file's OSError: a full disk must stay one (exit 4)
+            code = _OS_ERROR.search(str(exc))
+            if code is None:
+                raise
+            raise OSError(int(code[1]), os.strerror(int(code[1])), path) from None
         with open(path, "rb") as handle:
             digest = hashlib.file_digest(handle, "sha256")
         return {"sha256": digest.hexdigest(), "bytes": os.path.getsize(path)}
