@@ -127,9 +127,10 @@ def _safe_prefix_keys(pairs: pl.DataFrame, columns: Sequence[str], chars: int) -
     )
 
 
-def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str = "rejected") -> pl.Series:
-    """Per row: `normalise_expr(a) == normalise_expr(b)` (prefdata.data.records, the one normaliser), as a
-    Boolean Series named "identical".
+def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str = "rejected",
+                                  fold_case: bool = True) -> pl.Series:
+    """Per row: `normalise_expr(a, fold_case) == normalise_expr(b, fold_case)` (prefdata.data.records,
+    the one normaliser), as a Boolean Series named "identical".
 
     Normalising long texts is the slow part (NFKC and the whitespace regex cost seconds per million
     texts), so rows are first compared on `_safe_prefix_keys` of PREFIX_TIERS lengths, which rule
@@ -145,6 +146,9 @@ def identical_after_normalisation(pairs: pl.DataFrame, a: str = "chosen", b: str
         maybe = keys.select(pl.col(a).str.head(common) == pl.col(b).str.head(common)).to_series()
         rest, rows = rest.filter(maybe), rows.filter(maybe)
     equal = rest.select(normalise_expr(a) == normalise_expr(b)).to_series()
+    if not fold_case:  # equal when folded is necessary, so only those few rows are compared again
+        rest, rows = rest.filter(equal), rows.filter(equal)
+        equal = rest.select(normalise_expr(a, fold_case=False) == normalise_expr(b, fold_case=False)).to_series()
     identical = pl.repeat(False, pairs.height, dtype=pl.Boolean, eager=True).alias("identical")
     return identical.scatter(rows.filter(equal), True)
 
@@ -300,12 +304,14 @@ def degenerate_at_read(reason: str) -> str | None:
 
 
 def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None,
-                           lost: pl.DataFrame | None = None) -> CheckResult:
+                           lost: pl.DataFrame | None = None, fold_case: bool = True) -> CheckResult:
     """Pairs that teach nothing or teach noise; any one fails the check (threshold 0.0).
 
     Reasons (a row may have several; `details["reasons"]` counts each):
       identical       chosen equals rejected after NFKC, case folding and whitespace collapsing
-                      (`prefdata.data.records.normalise_text`); two empty sides count here too
+                      (`prefdata.data.records.normalise_text`); two empty sides count here too.
+                      `fold_case: false` keeps case: for data about case constraints ("answer in
+                      capitals"), where a reply and its capitalised copy are the preference
       empty_chosen    chosen is null, empty or whitespace only
       empty_rejected  the same for rejected
       tie_label       the row's `id` is a comparison labelled "tie" in `comparisons`: a tie was
@@ -325,7 +331,7 @@ def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None
     lost = lost if lost is not None else pl.DataFrame(schema={"id": pl.String, "reason": pl.String})
     if pairs.height == 0 and lost.height == 0:
         return skip(check_id, "no pairs to check", 0.0)
-    identical = identical_after_normalisation(pairs)
+    identical = identical_after_normalisation(pairs, fold_case=fold_case)
     exprs: dict[str, pl.Expr] = {
         "empty_chosen": _blank("chosen"),
         "empty_rejected": _blank("rejected"),

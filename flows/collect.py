@@ -206,6 +206,8 @@ def resolve_model(model: str) -> tuple[str, str | None]:
 @flow(name="sample-and-judge")
 def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, judge: Judge, engine: Engine) -> dict:
     """The fan-out: sampling chunks, then judging chunks, on the runner `engine` names."""
+    from prefdata.base.targets import load_target
+    from prefdata.collect.pairing import with_repair
     from prefdata.collect.sampling import SamplingParams, build_pairs
 
     logger = get_run_logger()
@@ -232,6 +234,9 @@ def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, 
     if len(used) > 1:  # cached chunks of a policy whose tokenizer changed beneath an unchanged revision
         raise UnusableInput(f"the chunks were sampled with different renderings ({'; '.join(sorted(used))}): sample "
                             "again with engine.refresh_cache (--cache-dir: a fresh folder)")
+    if policy.repair:
+        repair = load_target(policy.repair, "repair")
+        groups = [with_repair(group, repair, policy.repair) for group in groups]
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
     logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
 

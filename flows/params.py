@@ -81,6 +81,11 @@ class Policy(_Params):
                             "lineage and card.")
     system_prompt: str | None = Field(None, description="A system prompt put before every prompt (a system turn, or "
                                                         "the plain text's first paragraph); None: none.")
+    repair: str | None = Field(None, description="module:function (prompt, reply) -> the reply edited by a rule to "
+                                                 "follow the prompt, or None: each prompt gets one more candidate, the "
+                                                 "first one the rule edits, edited (prefdata.collect.pairing.with_repair"
+                                                 "; e.g. prefdata.world.instructions:repair). Its pairs come from two "
+                                                 "policies: the same_policy check reports them.")
 
     @model_validator(mode="before")
     @classmethod

@@ -16,7 +16,8 @@ from prefdata.checks.isolation import check_split_isolation
 from prefdata.data.records import normalise_text
 from prefdata.world.facts import FACTS, accuracy, correct, fact_rows, load_facts
 from prefdata.world.instructions import (
-    CHAT_DATA, KIND_BY_ID, KINDS, build_prompts, chat_data_files, constraint, constraint_of, load_prompts, verify,
+    CHAT_DATA, KIND_BY_ID, KINDS, build_prompts, chat_data_files, constraint, constraint_of, load_prompts, repair,
+    verify,
 )
 
 # kind -> (its parameters, a reply that follows, a reply that does not). Each pair sits on the edge
@@ -36,6 +37,11 @@ CASES = {
     "bullets": ({"n": 2}, "Two things:\n* Waves\n* Salt", "* Waves\n* Salt\n* Fish"),
     "include_word": ({"word": "happy"}, "The sea makes me Happy.", "The sea makes me glad."),
     "avoid_word": ({"word": "the"}, "There is salt in every sea.", "There is salt in the sea."),
+    "lowercase_ifeval": ({}, "apple", "Apple"),
+    "capitals_ifeval": ({}, "YES", "YES, it is."),
+    "quotes_ifeval": ({}, '"The sea is wide."', 'The sea is "wide".'),
+    # the request is the question before the instruction; IFEval compares it ignoring case
+    "repeat_request": ({}, "describe the sea.\nIt is wide.", "Sure! Describe the sea. It is wide."),
 }
 
 
@@ -50,6 +56,30 @@ def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one(kin
     prompt = f"Describe the sea. {constraint(kind_id, **params).instruction}"
     assert verify(prompt, follows) is True
     assert verify(prompt, violates) is False
+
+
+REPAIRABLE = {"lowercase", "capitals", "double_quotes", "lowercase_ifeval", "capitals_ifeval", "quotes_ifeval",
+              "repeat_request"}
+
+
+@pytest.mark.parametrize("kind_id", sorted(CASES))
+def test_a_repair_makes_a_violating_reply_follow_and_leaves_a_following_one_alone(kind_id):
+    params, follows, violates = CASES[kind_id]
+    prompt = f"Describe the sea. {constraint(kind_id, **params).instruction}"
+    assert repair(prompt, follows) is None  # nothing to repair
+    edited = repair(prompt, violates)
+    if kind_id not in REPAIRABLE:
+        assert edited is None
+        return
+    assert verify(prompt, edited) is True
+    # the edit keeps the reply's words: the pair (edited, original) differs in the constraint alone
+    assert normalise_text(edited).strip('"').endswith(normalise_text(violates).strip('"').split()[-1].strip('"'))
+
+
+def test_a_repair_that_cannot_make_the_reply_follow_gives_none():
+    # lowercasing keeps no letter case to fix when the reply has no letters: "123" is not lowercase
+    prompt = f"Describe the sea. {constraint('lowercase').instruction}"
+    assert repair(prompt, "123") is None
 
 
 def test_ifeval_backed_kinds_name_checkers_that_exist():

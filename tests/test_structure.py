@@ -155,6 +155,17 @@ def test_degenerate_identical_after_normalisation():
     assert result.metric == pytest.approx(0.8) and result.threshold == 0.0 and result.status == "fail"
 
 
+def test_degenerate_pairs_keep_case_when_told():
+    pairs = pairs_of(
+        ("THE SEA IS WIDE.", "The sea is wide."),  # the pair of a case constraint
+        ("the  sea", "the sea\n"),  # whitespace is still no difference
+        ("Straße", "STRAẞE"),
+    )
+    assert check_degenerate_pairs(pairs).offending == ("r0", "r1", "r2")
+    kept = check_degenerate_pairs(pairs, fold_case=False)
+    assert kept.offending == ("r1",) and kept.details["reasons"]["identical"] == 1
+
+
 def test_degenerate_empty_sides():
     pairs = pairs_of(("", "x"), ("x", " \n\t "), (None, "y"), ("fine", "also fine"))
     result = check_degenerate_pairs(pairs)

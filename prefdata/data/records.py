@@ -64,17 +64,19 @@ IGNORABLE_CLASS = "[" + "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a
 _IGNORABLE = re.compile(IGNORABLE_CLASS)
 
 
-def normalise_text(text: str) -> str:
+def normalise_text(text: str, fold_case: bool = True) -> str:
     """The form two texts are compared in: default-ignorable code points removed (invisible: see
-    DEFAULT_IGNORABLE), NFKC, then Unicode full case folding, then whitespace runs collapsed to one
-    space and stripped.
+    DEFAULT_IGNORABLE), NFKC, then Unicode full case folding (unless `fold_case` is False: where case
+    is what a pair is about, a reply and its capitalised copy are two replies), then whitespace runs
+    collapsed to one space and stripped.
 
     NFKC makes full-width letters, ligatures, compatibility forms and composed vs combining accents
     one text, and turns no-break and other Unicode spaces into plain ones; `str.casefold` is
     language-neutral full folding ("ß", "ẞ" and "SS" -> "ss", "İ" -> "i" + U+0307, final "ς" -> "σ";
     a dotless "ı" stays itself); whitespace is what `str.split()` splits at.
     """
-    return " ".join(unicodedata.normalize("NFKC", _IGNORABLE.sub("", text)).casefold().split())
+    nfkc = unicodedata.normalize("NFKC", _IGNORABLE.sub("", text))
+    return " ".join((nfkc.casefold() if fold_case else nfkc).split())
 
 
 # Python's str.split() also splits at the ASCII separators \x1c-\x1f, which the regex class \s
@@ -100,7 +102,7 @@ def _case_fold_fixes() -> tuple[list[str], list[str]]:
     return list(fixes), list(fixes.values())
 
 
-def normalise_expr(text: pl.Expr | str) -> pl.Expr:
+def normalise_expr(text: pl.Expr | str, fold_case: bool = True) -> pl.Expr:
     """`normalise_text` as a polars expression (a column name or an expression); nulls become "".
 
     Identical results on every code point Python's Unicode database knows (polars may know newer
@@ -109,7 +111,8 @@ def normalise_expr(text: pl.Expr | str) -> pl.Expr:
     import polars as pl
 
     expr = pl.col(text) if isinstance(text, str) else text
-    return _fold_and_collapse(expr.cast(pl.String).fill_null("").str.replace_all(IGNORABLE_CLASS, "").str.normalize("NFKC"))
+    nfkc = expr.cast(pl.String).fill_null("").str.replace_all(IGNORABLE_CLASS, "").str.normalize("NFKC")
+    return _fold_and_collapse(nfkc) if fold_case else _collapse(nfkc)
 
 
 def normalise_series(texts: pl.Series) -> pl.Series:

@@ -117,6 +117,25 @@ def _avoids_word(response: str, params: dict) -> bool:
     return _ifeval("keywords:forbidden_words", response, forbidden_words=[params["word"]])
 
 
+def _repeats_request(response: str, params: dict) -> bool:
+    return _ifeval("combination:repeat_prompt", response, prompt_to_repeat=params["request"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
+# follows a kind (writing in capitals, say), none of its candidates does, the verifier makes no pair
+# and nothing is learnt; a repaired copy of a candidate differs from it in the constraint alone, so
+# the pair (repaired, original) teaches exactly that (bench/RESULTS.md, "IFEval").
+
+
+def _quoted(response: str, params: dict) -> str:
+    return f'"{response.strip().strip(chr(34)).strip()}"'
+
+
+def _request_first(response: str, params: dict) -> str:
+    return f"{params['request']}\n\n{response.strip()}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Kinds of constraint, and one constraint (a kind with its parameters).
 
@@ -126,8 +145,10 @@ OPEN, SHORT, YES_NO = "open", "short", "yes/no"  # the shapes of base question (
 @dataclass(frozen=True)
 class Kind:
     """A kind of constraint: its instruction template, the parameter values the generator draws
-    from, the question shapes it suits, the IFEval instruction type it overlaps (or None) and its
-    check. A str parameter is written in single quotes in the template, an int bare."""
+    from, the question shapes it suits, the IFEval instruction type it overlaps (or None), its
+    check and, where a rule can edit any reply into one that follows, that repair. A str parameter
+    is written in single quotes in the template, an int bare. A kind `with_request` refers to the
+    question before its instruction (IFEval's "repeat the request"): its parameter "request"."""
 
     id: str
     template: str
@@ -135,6 +156,8 @@ class Kind:
     shapes: tuple[str, ...]
     ifeval_id: str | None = None
     choices: dict[str, tuple] = field(default_factory=dict)
+    repair: Callable[[str, dict], str] | None = None
+    with_request: bool = False
 
     @cached_property
     def pattern(self) -> re.Pattern:
@@ -152,15 +175,18 @@ class Kind:
         found = self.pattern.search(prompt)
         if found is None:
             return None
-        return {name: int(value) if isinstance(self.choices[name][0], int) else value
-                for name, value in found.groupdict().items()}
+        params = {name: int(value) if isinstance(self.choices[name][0], int) else value
+                  for name, value in found.groupdict().items()}
+        if self.with_request:
+            params["request"] = prompt[:found.start()].strip()
+        return params
 
 
 KINDS: tuple[Kind, ...] = (
     Kind("lowercase", "Write your whole answer in lowercase letters only.", _all_lowercase,
-         (OPEN, SHORT, YES_NO), "change_case:english_lowercase"),
+         (OPEN, SHORT, YES_NO), "change_case:english_lowercase", repair=lambda r, p: r.lower()),
     Kind("capitals", "Write your whole answer in capital letters only.", _all_capitals,
-         (OPEN, SHORT, YES_NO), "change_case:english_capital"),
+         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=lambda r, p: r.upper()),
     Kind("numbered_list", "Answer with a numbered list of exactly {n} items.", _numbered_list,
          (OPEN,), None, {"n": (2, 3, 4)}),
     Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
@@ -169,7 +195,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("end_with", "End your answer with the word '{word}', with nothing after it.", _ends_with,
          (OPEN, SHORT, YES_NO), "startend:end_checker", {"word": ("done", "thanks", "okay", "goodbye", "indeed")}),
     Kind("double_quotes", "Wrap your whole answer in double quotes.", _in_double_quotes,
-         (OPEN, SHORT, YES_NO), "startend:quotation"),
+         (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted),
     Kind("max_words", "Answer in at most {n} words.", _at_most_words, (OPEN, SHORT),
          "length_constraints:number_words", {"n": (5, 8, 10, 12, 15)}),
     Kind("start_with", "Start your answer with the word '{word}'.", _starts_with, (OPEN, SHORT, YES_NO), None,
@@ -180,6 +206,19 @@ KINDS: tuple[Kind, ...] = (
          "keywords:existence", {"word": ("happy", "today", "friend", "simple", "bright", "always")}),
     Kind("avoid_word", "Do not use the word '{word}' in your answer.", _avoids_word, (OPEN, SHORT, YES_NO),
          "keywords:forbidden_words", {"word": ("the", "is", "and", "very", "it")}),
+    # The same constraints in IFEval's own words (its checkers' build_description), and its "repeat
+    # the request": a model taught one wording only follows that wording.
+    Kind("lowercase_ifeval", "Your entire response should be in English, and in all lowercase letters. No capital "
+         "letters are allowed.", _all_lowercase, (OPEN, SHORT, YES_NO), "change_case:english_lowercase",
+         repair=lambda r, p: r.lower()),
+    Kind("capitals_ifeval", "Your entire response should be in English, and in all capital letters.", _all_capitals,
+         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=lambda r, p: r.upper()),
+    Kind("quotes_ifeval", "Wrap your entire response with double quotation marks.", _in_double_quotes,
+         (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted),
+    Kind("repeat_request", "First repeat the request word for word without change, then give your answer (1. do not "
+         "say any words or characters before repeating the request; 2. the request you need to repeat does not "
+         "include this sentence)", _repeats_request, (OPEN, SHORT, YES_NO), "combination:repeat_prompt",
+         repair=_request_first, with_request=True),
 )
 KIND_BY_ID = {kind.id: kind for kind in KINDS}
 
@@ -214,6 +253,17 @@ def constraint_of(prompt: str) -> Constraint:
 def verify(prompt: str, completion: str) -> bool:
     """Does the completion follow the constraint written in the prompt? (rule:prefdata.world.instructions:verify)"""
     return constraint_of(prompt).follows(completion)
+
+
+def repair(prompt: str, completion: str) -> str | None:
+    """The completion edited by its constraint's rule so that it follows, or None where it already
+    follows, the kind has no rule, or the edit does not follow either (the collect flow's
+    `Policy.repair`: prefdata.world.instructions:repair)."""
+    found = constraint_of(prompt)
+    if found.kind.repair is None or found.follows(completion):
+        return None
+    edited = found.kind.repair(completion, found.params)
+    return edited if found.follows(edited) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,8 +322,10 @@ def prompt_rows(topics: list[str], rng: random.Random) -> list[dict]:
         for shape, templates in QUESTIONS.items():
             for template in templates:
                 drawn = _draw_constraint(shape, rng, used)
-                rows.append({"prompt": f"{template.format(topic=topic)} {drawn.instruction}",
-                             "constraint": drawn.kind.id, "params": drawn.params, "topic": topic})
+                question = template.format(topic=topic)
+                params = {**drawn.params, "request": question} if drawn.kind.with_request else drawn.params
+                rows.append({"prompt": f"{question} {drawn.instruction}",
+                             "constraint": drawn.kind.id, "params": params, "topic": topic})
     return rows
 
 
