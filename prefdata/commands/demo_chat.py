@@ -225,7 +225,7 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
 
     rows = Store(store).load(collected["version"], "comparisons").to_dicts()
     decided = [r for r in rows if r["judge_label"] in ("a", "b") and r["judge_model"] == f"rule:{VERIFIER}"]
-    repaired = [r for r in decided if str(r["model_a"]).endswith("+repair") or str(r["model_b"]).endswith("+repair")]
+    repaired = [r for r in decided if "repair" in (json.loads(r["sampling_a"])["sampler"], json.loads(r["sampling_b"])["sampler"])]
     return {
         "follow_before": before["follow"], "follow_after": after["follow"],
         "general_before": before["general"], "general_after": after["general"],

@@ -50,11 +50,12 @@ def smollm2() -> Path:
     return Path(local_model(smollm2_gguf()))
 
 
-def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = BATCH) -> list[str]:
+def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = BATCH,
+            device: str = "cpu") -> list[str]:
     """One greedy reply per prompt, rendered by the chat template as sampling renders it."""
     from prefdata.collect.sampling import SamplingParams, TransformersSampler
 
-    sampler = TransformersSampler(model_dir, batch_size=batch_size, chat="auto")
+    sampler = TransformersSampler(model_dir, device=device, batch_size=batch_size, chat="auto")
     groups = sampler.sample(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
     return [group[0].text for group in groups]
 
