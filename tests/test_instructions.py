@@ -37,11 +37,6 @@ CASES = {
     "bullets": ({"n": 2}, "Two things:\n* Waves\n* Salt", "* Waves\n* Salt\n* Fish"),
     "include_word": ({"word": "happy"}, "The sea makes me Happy.", "The sea makes me glad."),
     "avoid_word": ({"word": "the"}, "There is salt in every sea.", "There is salt in the sea."),
-    "lowercase_ifeval": ({}, "apple", "Apple"),
-    "capitals_ifeval": ({}, "YES", "YES, it is."),
-    "quotes_ifeval": ({}, '"The sea is wide."', 'The sea is "wide".'),
-    # the request is the question before the instruction; IFEval compares it ignoring case
-    "repeat_request": ({}, "describe the sea.\nIt is wide.", "Sure! Describe the sea. It is wide."),
 }
 
 
@@ -58,8 +53,7 @@ def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one(kin
     assert verify(prompt, violates) is False
 
 
-REPAIRABLE = {"lowercase", "capitals", "double_quotes", "lowercase_ifeval", "capitals_ifeval", "quotes_ifeval",
-              "repeat_request"}
+REPAIRABLE = {"lowercase", "capitals", "double_quotes"}
 
 
 @pytest.mark.parametrize("kind_id", sorted(CASES))

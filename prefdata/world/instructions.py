@@ -117,23 +117,15 @@ def _avoids_word(response: str, params: dict) -> bool:
     return _ifeval("keywords:forbidden_words", response, forbidden_words=[params["word"]])
 
 
-def _repeats_request(response: str, params: dict) -> bool:
-    return _ifeval("combination:repeat_prompt", response, prompt_to_repeat=params["request"])
-
-
 # ---------------------------------------------------------------------------------------------
 # Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
 # follows a kind (writing in capitals, say), none of its candidates does, the verifier makes no pair
-# and nothing is learnt; a repaired copy of a candidate differs from it in the constraint alone, so
-# the pair (repaired, original) teaches exactly that (bench/RESULTS.md, "IFEval").
+# and nothing is learnt; a repaired copy of a candidate differs from it in the constraint alone
+# (the demo's `repair` option; bench/RESULTS.md, "Repaired replies").
 
 
 def _quoted(response: str, params: dict) -> str:
     return f'"{response.strip().strip(chr(34)).strip()}"'
-
-
-def _request_first(response: str, params: dict) -> str:
-    return f"{params['request']}\n\n{response.strip()}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,8 +139,7 @@ class Kind:
     """A kind of constraint: its instruction template, the parameter values the generator draws
     from, the question shapes it suits, the IFEval instruction type it overlaps (or None), its
     check and, where a rule can edit any reply into one that follows, that repair. A str parameter
-    is written in single quotes in the template, an int bare. A kind `with_request` refers to the
-    question before its instruction (IFEval's "repeat the request"): its parameter "request"."""
+    is written in single quotes in the template, an int bare."""
 
     id: str
     template: str
@@ -157,7 +148,6 @@ class Kind:
     ifeval_id: str | None = None
     choices: dict[str, tuple] = field(default_factory=dict)
     repair: Callable[[str, dict], str] | None = None
-    with_request: bool = False
 
     @cached_property
     def pattern(self) -> re.Pattern:
@@ -175,11 +165,8 @@ class Kind:
         found = self.pattern.search(prompt)
         if found is None:
             return None
-        params = {name: int(value) if isinstance(self.choices[name][0], int) else value
-                  for name, value in found.groupdict().items()}
-        if self.with_request:
-            params["request"] = prompt[:found.start()].strip()
-        return params
+        return {name: int(value) if isinstance(self.choices[name][0], int) else value
+                for name, value in found.groupdict().items()}
 
 
 KINDS: tuple[Kind, ...] = (
@@ -206,19 +193,6 @@ KINDS: tuple[Kind, ...] = (
          "keywords:existence", {"word": ("happy", "today", "friend", "simple", "bright", "always")}),
     Kind("avoid_word", "Do not use the word '{word}' in your answer.", _avoids_word, (OPEN, SHORT, YES_NO),
          "keywords:forbidden_words", {"word": ("the", "is", "and", "very", "it")}),
-    # The same constraints in IFEval's own words (its checkers' build_description), and its "repeat
-    # the request": a model taught one wording only follows that wording.
-    Kind("lowercase_ifeval", "Your entire response should be in English, and in all lowercase letters. No capital "
-         "letters are allowed.", _all_lowercase, (OPEN, SHORT, YES_NO), "change_case:english_lowercase",
-         repair=lambda r, p: r.lower()),
-    Kind("capitals_ifeval", "Your entire response should be in English, and in all capital letters.", _all_capitals,
-         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=lambda r, p: r.upper()),
-    Kind("quotes_ifeval", "Wrap your entire response with double quotation marks.", _in_double_quotes,
-         (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted),
-    Kind("repeat_request", "First repeat the request word for word without change, then give your answer (1. do not "
-         "say any words or characters before repeating the request; 2. the request you need to repeat does not "
-         "include this sentence)", _repeats_request, (OPEN, SHORT, YES_NO), "combination:repeat_prompt",
-         repair=_request_first, with_request=True),
 )
 KIND_BY_ID = {kind.id: kind for kind in KINDS}
 
@@ -322,10 +296,8 @@ def prompt_rows(topics: list[str], rng: random.Random) -> list[dict]:
         for shape, templates in QUESTIONS.items():
             for template in templates:
                 drawn = _draw_constraint(shape, rng, used)
-                question = template.format(topic=topic)
-                params = {**drawn.params, "request": question} if drawn.kind.with_request else drawn.params
-                rows.append({"prompt": f"{question} {drawn.instruction}",
-                             "constraint": drawn.kind.id, "params": params, "topic": topic})
+                rows.append({"prompt": f"{template.format(topic=topic)} {drawn.instruction}",
+                             "constraint": drawn.kind.id, "params": drawn.params, "topic": topic})
     return rows
 
 
