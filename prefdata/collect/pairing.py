@@ -13,8 +13,8 @@ ids from records.pair_id / records.prompt_id) plus the provenance the `same_poli
 
 Identical candidates (equal after records.normalise_text, case kept: a reply and its capitalised
 copy differ for a case constraint; the gate's degenerate_pairs decides with its own fold_case)
-never form a pair: a degenerate pair carries no preference. Side A is always the candidate sampled first, whatever the scores say, so
-position never leaks which side a scorer preferred.
+never form a pair: a degenerate pair carries no preference. Side A is always the candidate sampled
+first, whatever the scores say, so position never leaks which side a scorer preferred.
 
     with_repair(candidates, repair, spec)
 
@@ -96,6 +96,7 @@ def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "a
 
 def with_repair(candidates: Sequence[Candidate], repair: Callable[[str, str], str | None],
                 spec: str) -> list[Candidate]:
+    """`candidates` and the first of them that `repair` edits, edited (see the module's docstring)."""
     for c in candidates:
         edited = repair(c.prompt, c.text)
         if edited is not None and normalise_text(edited, fold_case=False) != normalise_text(c.text, fold_case=False):

