@@ -44,6 +44,7 @@ DEFAULT_MIN_PAIRS = default("min_size", "min_pairs")  # item 10: general lower b
 DEFAULT_MIN_PAIRS_HARD = default("min_size", "min_pairs_hard")  # item 10: reasoning / safety (50k)
 SIZE_KINDS = ("general", "reasoning", "safety")
 DEFAULT_SIZE_KIND = default("min_size", "kind")
+DEFAULT_FOLD_CASE = default("degenerate_pairs", "fold_case")  # false for data about case ("in capitals")
 # Item 11 asks for a chosen-only SFT subset mixed into training (against the alignment tax) but
 # names no size; 0.2 x the train pairs is this project's default, not the seed's.
 DEFAULT_MIN_SFT_RATIO = default("sft_subset", "min_ratio")
@@ -304,7 +305,7 @@ def degenerate_at_read(reason: str) -> str | None:
 
 
 def check_degenerate_pairs(pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None,
-                           lost: pl.DataFrame | None = None, fold_case: bool = True) -> CheckResult:
+                           lost: pl.DataFrame | None = None, fold_case: bool = DEFAULT_FOLD_CASE) -> CheckResult:
     """Pairs that teach nothing or teach noise; any one fails the check (threshold 0.0).
 
     Reasons (a row may have several; `details["reasons"]` counts each):
