@@ -155,11 +155,9 @@ def cand(text: str, i: int, revision: str = "sha256:aaaa", prompt: str = "p") ->
 
 
 def test_build_pairs_all_skips_identical_candidates():
-    cands = [cand("x", 0), cand("y", 1), cand(" x\n", 2), cand("z", 3), cand("Z", 4)]  # " x\n" normalises to "x"
+    cands = [cand("x", 0), cand("y", 1), cand(" X ", 2), cand("z", 3)]  # " X " normalises to "x"
     rows = build_pairs("p", cands)
-    # case is kept: "Z" is the reply a case constraint asks for where "z" is not
-    assert [(r["response_a"], r["response_b"]) for r in rows] == [
-        ("x", "y"), ("x", "z"), ("x", "Z"), ("y", "z"), ("y", "Z"), ("z", "Z")]
+    assert [(r["response_a"], r["response_b"]) for r in rows] == [("x", "y"), ("x", "z"), ("y", "z")]
     r = rows[0]
     assert r["id"] == r["pair_id"] == pair_id("p", "x", "y") and r["prompt_id"] == prompt_id("p")
     assert (r["model_a"], r["label"], r["candidate_a"], r["candidate_b"]) == ("m@sha256:aaaa", None, 0, 1)
@@ -180,27 +178,29 @@ def test_build_pairs_random_and_best_vs_worst():
 
 
 def test_with_repair_adds_the_first_candidate_the_rule_edits_and_same_policy_reports_its_pairs():
-    cands = [cand("SHOUT", 0), cand("Hello there", 1), cand("Bye", 2)]
+    cands = [cand('"Quoted"', 0), cand("Hello there", 1), cand("Bye", 2)]
     seen = []
 
-    def lowercase(prompt, text):  # None where there is nothing to fix, as instructions.repair does
+    def quote(prompt, text):  # None where there is nothing to fix, as instructions.repair does
         seen.append(text)
-        return None if text.islower() or text.isupper() else text.lower()
+        return None if text.startswith('"') else f'"{text}"'
 
-    out = with_repair(cands, lowercase, "tests:lowercase")
-    assert seen == ["SHOUT", "Hello there"]  # stops at the first candidate it edits
+    out = with_repair(cands, quote, "tests:quote")
+    assert seen == ['"Quoted"', "Hello there"]  # stops at the first candidate it edits
     assert out[:3] == cands and len(out) == 4
     edited = out[3]
-    assert (edited.text, edited.index, edited.sampler, edited.model) == ("hello there", 3, "repair", "m+repair")
-    assert edited.params["repair"] == "tests:lowercase" and edited.params["of"] == 1
+    assert (edited.text, edited.index, edited.sampler, edited.model) == ('"Hello there"', 3, "repair", "m+repair")
+    assert edited.params["repair"] == "tests:quote" and edited.params["of"] == 1
     rows = build_pairs("p", out)
-    repaired = [r for r in rows if r["response_b"] == "hello there"]
-    assert {r["response_a"] for r in repaired} == {"SHOUT", "Hello there", "Bye"}  # case kept: all three pair with it
+    repaired = [r for r in rows if r["response_b"] == '"Hello there"']
+    assert {r["response_a"] for r in repaired} == {'"Quoted"', "Hello there", "Bye"}
+    assert len({r["pair_id"] for r in rows}) == len(rows)  # every comparison its own id
     frame = pl.DataFrame(rows).rename({"response_a": "chosen", "response_b": "rejected"})
     result = check_same_policy(frame)
     assert result.status == "fail" and result.details["n_different_models"] == len(repaired)
-    # a rule that edits nothing adds nothing
+    # a rule that edits nothing, or only the case (one text under the ids' normal form), adds nothing
     assert with_repair(cands, lambda prompt, text: None, "tests:none") == cands
+    assert with_repair(cands, lambda prompt, text: text.lower(), "tests:lower") == cands
 
 
 def test_pairs_from_one_policy_pass_same_policy_and_two_revisions_fail(sampler):

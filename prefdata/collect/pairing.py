@@ -11,17 +11,18 @@ ids from records.pair_id / records.prompt_id) plus the provenance the `same_poli
     prompt_messages           only for a prompt given as messages: their JSON (`prompt` is its text),
                               as an imported conversational row carries them, for the trainers' rendering
 
-Identical candidates (equal after records.normalise_text, case kept: a reply and its capitalised
-copy differ for a case constraint; the gate's degenerate_pairs decides with its own fold_case)
-never form a pair: a degenerate pair carries no preference. Side A is always the candidate sampled
-first, whatever the scores say, so position never leaks which side a scorer preferred.
+Identical candidates (equal after records.normalise_text) never form a pair: a degenerate pair
+carries no preference. Side A is always the candidate sampled first, whatever the scores say, so
+position never leaks which side a scorer preferred.
 
     with_repair(candidates, repair, spec)
 
-adds one candidate: the first one that the rule `repair(prompt, text) -> str | None` edits, edited
-(model `<model>+repair`, sampler "repair", its params naming the rule and the candidate edited).
-A pair of it and an unedited candidate differs in what the rule fixes; its sides come from two
-policies, which the `same_policy` check reports.
+adds one candidate: the first one that the rule `repair(prompt, text) -> str | None` edits into a
+new text, edited (model `<model>+repair`, sampler "repair", its params naming the rule and the
+candidate edited). A pair of it and an unedited candidate differs in what the rule fixes; its sides
+come from two policies, which the `same_policy` check reports. An edit equal to a candidate after
+records.normalise_text (which folds case: a case-only edit) adds nothing, since pair ids treat the
+two as one text.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _distinct(candidates: Sequence[Candidate]) -> list[int]:
     seen: set[str] = set()
     keep = []
     for i, c in enumerate(candidates):
-        key = normalise_text(c.text, fold_case=False)
+        key = normalise_text(c.text)
         if key not in seen:
             seen.add(key)
             keep.append(i)
@@ -97,9 +98,10 @@ def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "a
 def with_repair(candidates: Sequence[Candidate], repair: Callable[[str, str], str | None],
                 spec: str) -> list[Candidate]:
     """`candidates` and the first of them that `repair` edits, edited (see the module's docstring)."""
+    texts = {normalise_text(c.text) for c in candidates}
     for c in candidates:
         edited = repair(c.prompt, c.text)
-        if edited is not None and normalise_text(edited, fold_case=False) != normalise_text(c.text, fold_case=False):
+        if edited is not None and normalise_text(edited) not in texts:
             return [*candidates, dataclasses.replace(
                 c, text=edited, model=f"{c.model}+repair", sampler="repair", index=len(candidates),
                 params={**c.params, "repair": spec, "of": c.index}, finish_reason=None, request_seed=None)]

@@ -45,8 +45,8 @@ from prefdata.commands.demo import Stages, _humans, _iaa, _pairs_in, _publish_st
 
 WORLD_DIR = Path(__file__).parents[1] / "world"
 VERIFIER = "prefdata.world.instructions:verify"
-# With `repair: true`, kinds the base model rarely follows (capitals, lowercase, quotes) get pairs from a
-# repaired copy of a candidate where no sampled reply follows (bench/RESULTS.md, "Repaired replies").
+# With `repair: true`, a kind the base model never follows (quoting the whole answer) gets pairs from a
+# repaired copy of a candidate (bench/RESULTS.md, "Repaired replies").
 REPAIR = "prefdata.world.instructions:repair"
 # The annotators go by the constraint alone (chat_guidelines.md): a pair where both or neither reply
 # follows is a tie. An on-topic preference for such pairs labelled 174 of 282 pairs in the first run
@@ -72,8 +72,8 @@ class ChatDemoConfig:
                                                             "(it writes the template's headings, not a verdict) at 1.4 s "
                                                             "a pair, about 9 minutes more here (bench/RESULTS.md)."})
     repair: bool = field(default=False, metadata={"help": "Add a rule-repaired copy of a candidate where no sampled "
-                                                          "reply follows a kind with a repair rule (lowercase, "
-                                                          "capitals, quotes: instructions.repair). Off by default: "
+                                                          "reply follows a kind with a repair rule (quotes: "
+                                                          "instructions.repair). Off by default: "
                                                           "measured, it lowered held-out following (+22.5 points "
                                                           "against +26.7) and IFEval (bench/RESULTS.md, \"Repaired "
                                                           "replies\")."})

@@ -119,9 +119,10 @@ def _avoids_word(response: str, params: dict) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
-# follows a kind (writing in capitals, say), none of its candidates does, the verifier makes no pair
+# follows a kind (quoting its whole answer), none of its candidates does, the verifier makes no pair
 # and nothing is learnt; a repaired copy of a candidate differs from it in the constraint alone
-# (the demo's `repair` option; bench/RESULTS.md, "Repaired replies").
+# (the demo's `repair` option; bench/RESULTS.md, "Repaired replies"). Case kinds have none: a
+# lowercased copy is the same text under the project's one text identity (pair ids fold case).
 
 
 def _quoted(response: str, params: dict) -> str:
@@ -171,9 +172,9 @@ class Kind:
 
 KINDS: tuple[Kind, ...] = (
     Kind("lowercase", "Write your whole answer in lowercase letters only.", _all_lowercase,
-         (OPEN, SHORT, YES_NO), "change_case:english_lowercase", repair=lambda r, p: r.lower()),
+         (OPEN, SHORT, YES_NO), "change_case:english_lowercase"),
     Kind("capitals", "Write your whole answer in capital letters only.", _all_capitals,
-         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=lambda r, p: r.upper()),
+         (OPEN, SHORT, YES_NO), "change_case:english_capital"),
     Kind("numbered_list", "Answer with a numbered list of exactly {n} items.", _numbered_list,
          (OPEN,), None, {"n": (2, 3, 4)}),
     Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
