@@ -74,9 +74,9 @@ class ChatDemoConfig:
     repair: bool = field(default=False, metadata={"help": "Add a rule-repaired copy of a candidate where no sampled "
                                                           "reply follows a kind with a repair rule (quotes: "
                                                           "instructions.repair). Off by default: "
-                                                          "measured, it lowered held-out following (+22.5 points "
-                                                          "against +26.7) and IFEval (bench/RESULTS.md, \"Repaired "
-                                                          "replies\")."})
+                                                          "measured with case repairs too, it lowered held-out "
+                                                          "following (+22.5 points against +26.7) and did not move "
+                                                          "IFEval (bench/RESULTS.md, \"Repaired replies\")."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -228,7 +228,8 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
 
     rows = Store(store).load(collected["version"], "comparisons").to_dicts()
     decided = [r for r in rows if r["judge_label"] in ("a", "b") and r["judge_model"] == f"rule:{VERIFIER}"]
-    repaired = [r for r in decided if "repair" in (json.loads(r[side])["sampler"] for side in ("sampling_a", "sampling_b"))]
+    repaired = [r for r in decided
+                if "repair" in (json.loads(r[side])["sampler"] for side in ("sampling_a", "sampling_b"))]
     return {
         "follow_before": before["follow"], "follow_after": after["follow"],
         "general_before": before["general"], "general_after": after["general"],
