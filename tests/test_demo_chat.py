@@ -48,6 +48,25 @@ def test_the_chat_demo_samples_train_prompts_only(tmp_path):
     assert not heldout & set(first)
 
 
+def test_same_policy_is_waived_only_when_repair_makes_two_policies(tmp_path):
+    """Without repair the shipped checklist runs as it is (item 2 checked); with it, a copy beside the
+    run's outputs adds the same_policy waiver and keeps every other setting."""
+    import yaml
+
+    from prefdata.checks.checklist import load_config
+    from prefdata.commands.demo_chat import ChatDemoConfig, _checklist
+
+    shipped = Path(ChatDemoConfig().checklist)
+    assert _checklist(ChatDemoConfig(), tmp_path) == shipped
+    assert "same_policy" not in yaml.safe_load(shipped.read_text())["checks"]
+    repaired = _checklist(ChatDemoConfig(repair=True), tmp_path)
+    assert repaired.parent == tmp_path
+    with_waiver, as_shipped = load_config(repaired), load_config(shipped)
+    assert with_waiver["checks"]["same_policy"]["waive"].startswith("item 2: with repair on")
+    assert {k: v for k, v in with_waiver["checks"].items() if k != "same_policy"} == \
+        {k: v for k, v in as_shipped["checks"].items() if k != "same_policy"}
+
+
 @pytest.mark.slow
 def test_chat_demo_end_to_end(tmp_path):
     """The whole loop on the real model, small: every stage runs, summary.json has the toy's keys and the

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,6 +48,11 @@ VERIFIER = "prefdata.world.instructions:verify"
 # With `repair: true`, a kind the base model never follows (quoting the whole answer) gets pairs from a
 # repaired copy of a candidate (bench/RESULTS.md, "Repaired replies").
 REPAIR = "prefdata.world.instructions:repair"
+# Repaired pairs have two policies (`<model>+repair`), which the same_policy check fails: with repair on,
+# the demo's checklist waives it, saying why; without, item 2 runs as on real data.
+REPAIR_WAIVER = ("item 2: with repair on, where no sampled reply follows a kind with a repair rule, the chosen "
+                 "reply is a candidate edited by that rule (instructions.repair; model '<model>+repair'), so those "
+                 "pairs differ in the constraint alone; every other pair comes from the one policy")
 # The annotators go by the constraint alone (chat_guidelines.md): a pair where both or neither reply
 # follows is a tie. An on-topic preference for such pairs labelled 174 of 282 pairs in the first run
 # and held following to +8 points; DPO on the verifier-decided pairs alone gave +22
@@ -129,7 +134,8 @@ def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
         say(f"      follows {before['follow']:.3f} of held-out prompts; general skill {before['general']:.3f}")
     with temporary_api():
         collected, via = _collect(config, model, out_dir, stages, say)
-        published = _publish_stage(collected["version"], config, out_dir, store, "", stages, say)
+        gate = replace(config, checklist=str(_checklist(config, out_dir)))
+        published = _publish_stage(collected["version"], gate, out_dir, store, "", stages, say)
         general = _replay_stage(config, model, out_dir, stages, say)
         trained = _train(published["dataset"], config, model, out_dir / "model", {"general_sft": str(general)}, stages,
                          "train", "dpo with LoRA, SFT mixing on (the chosen replies and the replay)")
@@ -155,6 +161,20 @@ def _prompts_file(config: ChatDemoConfig, out_dir: Path) -> Path:
     random.Random(config.seed).shuffle(rows)
     path = out_dir / "prompts.jsonl"
     path.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows[:config.prompts]))
+    return path
+
+
+def _checklist(config: ChatDemoConfig, out_dir: Path) -> Path:
+    """The checklist the gate runs: config.checklist, plus the same_policy waiver when repair is on
+    (written beside the run's outputs, so the report names the file it ran)."""
+    import yaml
+
+    if not config.repair:
+        return Path(config.checklist)
+    checklist = yaml.safe_load(Path(config.checklist).read_text(encoding="utf-8"))
+    checklist.setdefault("checks", {})["same_policy"] = {"waive": REPAIR_WAIVER}
+    path = out_dir / "checklist.yaml"
+    path.write_text(yaml.safe_dump(checklist, sort_keys=False), encoding="utf-8")
     return path
 
 

@@ -64,19 +64,17 @@ IGNORABLE_CLASS = "[" + "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a
 _IGNORABLE = re.compile(IGNORABLE_CLASS)
 
 
-def normalise_text(text: str, fold_case: bool = True) -> str:
+def normalise_text(text: str) -> str:
     """The form two texts are compared in: default-ignorable code points removed (invisible: see
-    DEFAULT_IGNORABLE), NFKC, then Unicode full case folding (unless `fold_case` is False: where case
-    is what a pair is about, a reply and its capitalised copy are two replies), then whitespace runs
-    collapsed to one space and stripped.
+    DEFAULT_IGNORABLE), NFKC, then Unicode full case folding, then whitespace runs collapsed to one
+    space and stripped.
 
     NFKC makes full-width letters, ligatures, compatibility forms and composed vs combining accents
     one text, and turns no-break and other Unicode spaces into plain ones; `str.casefold` is
     language-neutral full folding ("ß", "ẞ" and "SS" -> "ss", "İ" -> "i" + U+0307, final "ς" -> "σ";
     a dotless "ı" stays itself); whitespace is what `str.split()` splits at.
     """
-    nfkc = unicodedata.normalize("NFKC", _IGNORABLE.sub("", text))
-    return " ".join((nfkc.casefold() if fold_case else nfkc).split())
+    return " ".join(unicodedata.normalize("NFKC", _IGNORABLE.sub("", text)).casefold().split())
 
 
 # Python's str.split() also splits at the ASCII separators \x1c-\x1f, which the regex class \s
@@ -104,6 +102,7 @@ def _case_fold_fixes() -> tuple[list[str], list[str]]:
 
 def normalise_expr(text: pl.Expr | str, fold_case: bool = True) -> pl.Expr:
     """`normalise_text` as a polars expression (a column name or an expression); nulls become "".
+    `fold_case=False` leaves case alone (degenerate_pairs' option for data about case).
 
     Identical results on every code point Python's Unicode database knows (polars may know newer
     ones, added after `unicodedata.unidata_version`, and normalise them differently).
