@@ -206,11 +206,14 @@ def test_train_flow_runs_a_trainer_on_a_validated_version(collected, prefect_api
     # the run's curves in the Prefect UI: its steps as a table artifact, the image named in the summary
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     name = result["version"].split("@")[0]
+    # newest first: a training the publish test triggers on the same dataset writes the same keys
     with get_client(sync_client=True) as client:
-        steps = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"train-{name}-steps"])))
-        summary = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"train-{name}"])))
+        steps, summary = (client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                                sort=ArtifactSort.CREATED_DESC)
+                          for key in (f"train-{name}-steps", f"train-{name}"))
     rows = json.loads(steps[0].data) if isinstance(steps[0].data, str) else steps[0].data
     assert len(rows) == 2 and all("loss" in row for row in rows)
     assert "curves.png" in summary[0].data and "tensorboard --logdir" in summary[0].data
