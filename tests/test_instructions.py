@@ -53,7 +53,7 @@ def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one(kin
     assert verify(prompt, violates) is False
 
 
-REPAIRABLE = {"double_quotes"}
+REPAIRABLE = {"double_quotes", "lowercase", "capitals"}
 
 
 @pytest.mark.parametrize("kind_id", sorted(CASES))

@@ -198,9 +198,22 @@ def test_with_repair_adds_the_first_candidate_the_rule_edits_and_same_policy_rep
     frame = pl.DataFrame(rows).rename({"response_a": "chosen", "response_b": "rejected"})
     result = check_same_policy(frame)
     assert result.status == "fail" and result.details["n_different_models"] == len(repaired)
-    # a rule that edits nothing, or only the case (one text under the ids' normal form), adds nothing
+    # a rule that edits nothing, or edits into another candidate's text, adds nothing
     assert with_repair(cands, lambda prompt, text: None, "tests:none") == cands
-    assert with_repair(cands, lambda prompt, text: text.lower(), "tests:lower") == cands
+    assert with_repair(cands, lambda prompt, text: "bye" if text == "Hello there" else None, "tests:other") == cands
+
+
+def test_a_case_only_repair_replaces_its_source_so_every_comparison_keeps_its_own_id():
+    cands = [cand("hello", 0), cand("Hello there", 1), cand("Bye", 2)]
+    lower = lambda prompt, text: None if text.islower() else text.lower()  # noqa: E731
+    out = with_repair(cands, lower, "tests:lower")
+    assert [c.text for c in out] == ["hello", "hello there", "Bye"]  # in place of its source, not beside it
+    edited = out[1]
+    assert (edited.index, edited.sampler, edited.model, edited.params["of"]) == (1, "repair", "m+repair", 1)
+    rows = build_pairs("p", out)
+    assert len(rows) == 3 and len({r["pair_id"] for r in rows}) == 3
+    assert {(r["response_a"], r["response_b"]) for r in rows} == {
+        ("hello", "hello there"), ("hello", "Bye"), ("hello there", "Bye")}
 
 
 def test_pairs_from_one_policy_pass_same_policy_and_two_revisions_fail(sampler):

@@ -20,9 +20,11 @@ position never leaks which side a scorer preferred.
 adds one candidate: the first one that the rule `repair(prompt, text) -> str | None` edits into a
 new text, edited (model `<model>+repair`, sampler "repair", its params naming the rule and the
 candidate edited). A pair of it and an unedited candidate differs in what the rule fixes; its sides
-come from two policies, which the `same_policy` check reports. An edit equal to a candidate after
-records.normalise_text (which folds case: a case-only edit) adds nothing, since pair ids treat the
-two as one text.
+come from two policies, which the `same_policy` check reports. An edit that only changes case or
+spacing (equal to its source after records.normalise_text, which folds case) replaces its source
+instead: pair ids treat the two as one text, so both could not be candidates, and the edited one
+is then paired with the other candidates (a lowercased reply against the ones that are not). An
+edit equal to another candidate adds nothing.
 """
 
 from __future__ import annotations
@@ -97,14 +99,22 @@ def build_pairs(prompt: str, candidates: Sequence[Candidate], strategy: str = "a
 
 def with_repair(candidates: Sequence[Candidate], repair: Callable[[str, str], str | None],
                 spec: str) -> list[Candidate]:
-    """`candidates` and the first of them that `repair` edits, edited (see the module's docstring)."""
-    texts = {normalise_text(c.text) for c in candidates}
-    for c in candidates:
+    """`candidates` and the first of them that `repair` edits, edited; a case-only edit in place of
+    its source (see the module's docstring)."""
+    texts = [normalise_text(c.text) for c in candidates]
+    for position, c in enumerate(candidates):
         edited = repair(c.prompt, c.text)
-        if edited is not None and normalise_text(edited) not in texts:
-            return [*candidates, dataclasses.replace(
-                c, text=edited, model=f"{c.model}+repair", sampler="repair", index=len(candidates),
-                params={**c.params, "repair": spec, "of": c.index}, finish_reason=None, request_seed=None)]
+        if edited is None or edited == c.text:
+            continue
+        same_text = normalise_text(edited) == texts[position]
+        if not same_text and normalise_text(edited) in texts:
+            continue
+        repaired = dataclasses.replace(
+            c, text=edited, model=f"{c.model}+repair", sampler="repair", index=c.index if same_text else len(candidates),
+            params={**c.params, "repair": spec, "of": c.index}, finish_reason=None, request_seed=None)
+        if same_text:
+            return [*candidates[:position], repaired, *candidates[position + 1:]]
+        return [*candidates, repaired]
     return list(candidates)
 
 

@@ -121,12 +121,21 @@ def _avoids_word(response: str, params: dict) -> bool:
 # Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
 # follows a kind (quoting its whole answer), none of its candidates does, the verifier makes no pair
 # and nothing is learnt; a repaired copy of a candidate differs from it in the constraint alone
-# (the demo's `repair` option; bench/RESULTS.md, "Repaired replies"). Case kinds have none: a
-# lowercased copy is the same text under the project's one text identity (pair ids fold case).
+# (the demo's `repair` option; bench/RESULTS.md, "Repaired replies"). A case repair gives the same
+# text under the project's one text identity (pair ids fold case), so it takes its source's place
+# among the candidates (prefdata.collect.pairing.with_repair) and is paired with the others.
 
 
 def _quoted(response: str, params: dict) -> str:
     return f'"{response.strip().strip(chr(34)).strip()}"'
+
+
+def _lowercased(response: str, params: dict) -> str:
+    return response.lower()
+
+
+def _capitalised(response: str, params: dict) -> str:
+    return response.upper()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,9 +181,9 @@ class Kind:
 
 KINDS: tuple[Kind, ...] = (
     Kind("lowercase", "Write your whole answer in lowercase letters only.", _all_lowercase,
-         (OPEN, SHORT, YES_NO), "change_case:english_lowercase"),
+         (OPEN, SHORT, YES_NO), "change_case:english_lowercase", repair=_lowercased),
     Kind("capitals", "Write your whole answer in capital letters only.", _all_capitals,
-         (OPEN, SHORT, YES_NO), "change_case:english_capital"),
+         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=_capitalised),
     Kind("numbered_list", "Answer with a numbered list of exactly {n} items.", _numbered_list,
          (OPEN,), None, {"n": (2, 3, 4)}),
     Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
