@@ -19,6 +19,11 @@ cuts them, which can only fail word-count minimums, equally for every model. A m
 
 On a GPU machine without if-verifiable: `--device cuda --no-score --json J` writes the replies only,
 and `--score J` scores them later where the library is installed (same table).
+
+`--score J --headroom` adds what following an instruction type would be worth: each model's replies
+edited by a rule that makes them follow it (lowercased, capitalised, quoted, the request repeated
+first, the end phrase appended, commas removed), one type at a time and all together, then scored
+again. It says where a gain in prompt-level accuracy can come from, not what a model will learn.
 """
 
 from __future__ import annotations
@@ -82,6 +87,36 @@ def score(rows: list[dict], replies: list[str]) -> dict:
             "instructions_unscorable": unscorable, "by_instruction_strict": dict(sorted(by_type.items()))}
 
 
+# Rules that make a reply follow one instruction type whatever it says: IFEval's kwargs name the
+# phrase to repeat or to end with.
+HEADROOM_EDITS = {
+    "change_case:english_lowercase": lambda reply, kw: reply.lower(),
+    "change_case:english_capital": lambda reply, kw: reply.upper(),
+    "startend:quotation": lambda reply, kw: '"' + reply.strip().strip('"') + '"',
+    "combination:repeat_prompt": lambda reply, kw: f"{kw['prompt_to_repeat']}\n{reply}",
+    "startend:end_checker": lambda reply, kw: f"{reply.rstrip()} {kw['end_phrase']}",
+    "punctuation:no_comma": lambda reply, kw: reply.replace(",", ""),
+}
+
+
+def followed(rows: list[dict], replies: list[str], types: set[str]) -> list[str]:
+    """The replies edited to follow every instruction of `types` their prompt gives (HEADROOM_EDITS)."""
+    edited = []
+    for row, reply in zip(rows, replies, strict=True):
+        for instruction_id, kwargs in zip(row["instruction_id_list"], row["kwargs"], strict=True):
+            if instruction_id in types:
+                reply = HEADROOM_EDITS[instruction_id](reply, kwargs or {})
+        edited.append(reply)
+    return edited
+
+
+def headroom(rows: list[dict], replies: list[str]) -> dict[str, float]:
+    """Prompt-level strict accuracy with each HEADROOM_EDITS type followed, then all of them."""
+    out = {kind: score(rows, followed(rows, replies, {kind}))["prompt_strict"] for kind in HEADROOM_EDITS}
+    out["all of them"] = score(rows, followed(rows, replies, set(HEADROOM_EDITS)))["prompt_strict"]
+    return out
+
+
 def model_path(spec: str) -> str:
     if spec == "smollm2":
         from prefdata.world.chat_world import smollm2
@@ -102,12 +137,18 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="Where the models generate (cpu, cuda).")
     parser.add_argument("--no-score", action="store_true", help="Only generate (with --json): score later with --score.")
     parser.add_argument("--score", type=Path, default=None, help="Score the replies of a --json file instead of generating.")
+    parser.add_argument("--headroom", action="store_true", help="With --score: prompt-level strict accuracy if each "
+                                                                 "rule-fixable instruction type were followed.")
     args = parser.parse_args()
+    if args.headroom and not args.score:
+        parser.error("--headroom scores saved replies: give --score FILE")
     if args.score:
         saved = json.loads(args.score.read_text())
         rows = load_ifeval(args.data, saved.get("n"))
         figures = {name: {**score(rows, answers), **saved["figures"].get(name, {})} for name, answers in saved["replies"].items()}
         table(figures, len(rows), saved.get("max_new_tokens"))
+        if args.headroom:
+            headroom_table({name: headroom(rows, answers) for name, answers in saved["replies"].items()}, figures)
         return
     if not args.model:
         parser.error("give --model NAME=PATH (or --score FILE)")
@@ -147,6 +188,15 @@ def table(figures: dict, n_rows: int, max_new_tokens: int | None) -> None:
     for kind in figures[names[0]]["by_instruction_strict"]:
         print(f"| {kind} | " + " | ".join("{}/{}".format(*figures[n]["by_instruction_strict"].get(kind, (0, 0)))
                                            for n in names) + " |")
+
+
+def headroom_table(gains: dict[str, dict[str, float]], figures: dict) -> None:
+    names = list(gains)
+    print("\n| prompt_strict if this type were always followed | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    print("| as replied | " + " | ".join(f"{figures[n]['prompt_strict']:.3f}" for n in names) + " |")
+    for kind in gains[names[0]]:
+        print(f"| {kind} | " + " | ".join(f"{gains[n][kind]:.3f}" for n in names) + " |")
 
 
 if __name__ == "__main__":

@@ -40,3 +40,14 @@ def test_replies_saved_without_scores_are_scored_later(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "| prompt_strict | 0.500 |" in out.stdout and "| startend:quotation | 0/1 |" in out.stdout
+
+
+def test_headroom_scores_replies_edited_to_follow_one_type_at_a_time_and_all_together():
+    from bench.bench_ifeval import headroom
+
+    # row 1 fails on its capital only, row 2 on its missing quotes
+    gains = headroom(ROWS, ["The sea is wide and deep", "the sea is wide"])
+    assert gains["change_case:english_lowercase"] == 0.5
+    assert gains["startend:quotation"] == 0.5
+    assert gains["punctuation:no_comma"] == 0.0  # not what either reply misses
+    assert gains["all of them"] == 1.0
