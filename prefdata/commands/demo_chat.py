@@ -77,7 +77,7 @@ class ChatDemoConfig:
                                                             "(it writes the template's headings, not a verdict) at 1.4 s "
                                                             "a pair, about 9 minutes more here (bench/RESULTS.md)."})
     repair: bool = field(default=False, metadata={"help": "Add a rule-repaired copy of a candidate where no sampled "
-                                                          "reply follows a kind with a repair rule (quotes, case: "
+                                                          "reply follows a kind with a repair rule (quotes, case, commas, end word: "
                                                           "instructions.repair). Off by default: "
                                                           "measured with case repairs too, it lowered held-out "
                                                           "following (+22.5 points against +26.7) and did not move "

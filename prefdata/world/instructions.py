@@ -138,6 +138,14 @@ def _capitalised(response: str, params: dict) -> str:
     return response.upper()
 
 
+def _comma_free(response: str, params: dict) -> str:
+    return response.replace(",", "")
+
+
+def _ended_with(response: str, params: dict) -> str:
+    return f"{response.rstrip()} {params['word']}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Kinds of constraint, and one constraint (a kind with its parameters).
 
@@ -188,9 +196,11 @@ KINDS: tuple[Kind, ...] = (
          (OPEN,), None, {"n": (2, 3, 4)}),
     Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
     Kind("yes_or_no", "Answer only yes or no.", _yes_or_no, (YES_NO,), None),
-    Kind("no_comma", "Do not use any commas in your answer.", _no_comma, (OPEN, SHORT, YES_NO), "punctuation:no_comma"),
+    Kind("no_comma", "Do not use any commas in your answer.", _no_comma, (OPEN, SHORT, YES_NO), "punctuation:no_comma",
+         repair=_comma_free),
     Kind("end_with", "End your answer with the word '{word}', with nothing after it.", _ends_with,
-         (OPEN, SHORT, YES_NO), "startend:end_checker", {"word": ("done", "thanks", "okay", "goodbye", "indeed")}),
+         (OPEN, SHORT, YES_NO), "startend:end_checker", {"word": ("done", "thanks", "okay", "goodbye", "indeed")},
+         repair=_ended_with),
     Kind("double_quotes", "Wrap your whole answer in double quotes.", _in_double_quotes,
          (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted),
     Kind("max_words", "Answer in at most {n} words.", _at_most_words, (OPEN, SHORT),
