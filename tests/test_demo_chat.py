@@ -67,6 +67,20 @@ def test_same_policy_is_waived_only_when_repair_makes_two_policies(tmp_path):
         {k: v for k, v in as_shipped["checks"].items() if k != "same_policy"}
 
 
+def test_the_ifeval_bench_config_is_a_chat_demo_config_with_dpo_overrides():
+    """bench/chat_ifeval.yaml (bench/RESULTS.md's larger chat demo) loads as `--config` loads it, and
+    each of its training overrides names a field of the DPO config, so the run it documents can start."""
+    from dataclasses import fields
+
+    from prefdata.commands.demo import load_demo_config
+    from prefdata.commands.demo_chat import ChatDemoConfig
+    from prefdata.trainers.dpo import DPOTrainConfig
+
+    config = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_ifeval.yaml", ChatDemoConfig)
+    assert config.repair and config.prompts > ChatDemoConfig().prompts
+    assert set(config.training) <= {f.name for f in fields(DPOTrainConfig)}
+
+
 @pytest.mark.slow
 def test_chat_demo_end_to_end(tmp_path):
     """The whole loop on the real model, small: every stage runs, summary.json has the toy's keys and the
