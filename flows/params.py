@@ -83,8 +83,8 @@ class Policy(_Params):
                                                         "the plain text's first paragraph); None: none.")
     repair: str | None = Field(None, description="module:function (prompt, reply) -> the reply edited by a rule to "
                                                  "follow the prompt, or None: each prompt gets one more candidate, the "
-                                                 "first one the rule edits into a new text (a case-only edit is "
-                                                 "none: ids fold case), edited (prefdata.collect.pairing.with_repair"
+                                                 "first one the rule edits, edited (a case-only edit in place of its "
+                                                 "source: ids fold case; prefdata.collect.pairing.with_repair"
                                                  "; e.g. prefdata.world.instructions:repair). Its pairs come from two "
                                                  "policies: the same_policy check reports them.")
 
