@@ -105,8 +105,8 @@ def headroom_edits() -> dict:
 
     return {"change_case:english_lowercase": kind("lowercase"), "change_case:english_capital": kind("capitals"),
             "startend:quotation": kind("double_quotes"), "punctuation:no_comma": kind("no_comma"),
-            "startend:end_checker": kind("end_with", lambda kwargs: {"word": kwargs["end_phrase"]}),
-            "combination:repeat_prompt": lambda reply, kwargs: f"{kwargs['prompt_to_repeat']}\n{reply}"}
+            "startend:end_checker": kind("end_phrase", lambda kwargs: {"phrase": kwargs["end_phrase"]}),
+            "combination:repeat_prompt": kind("repeat_request", lambda kwargs: {"request": kwargs["prompt_to_repeat"]})}
 
 
 def followed(rows: list[dict], replies: list[str], types: set[str]) -> list[str]:

@@ -79,6 +79,32 @@ def test_the_ifeval_bench_config_is_a_chat_demo_config_with_dpo_overrides():
     config = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_ifeval.yaml", ChatDemoConfig)
     assert config.repair and config.prompts > ChatDemoConfig().prompts
     assert set(config.training) <= {f.name for f in fields(DPOTrainConfig)}
+    styled = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_ifeval_style.yaml", ChatDemoConfig)
+    assert styled.prompt_set == "ifeval_style" and set(styled.training) <= {f.name for f in fields(DPOTrainConfig)}
+
+
+def test_the_prompt_set_names_a_shipped_train_set(tmp_path):
+    """prompt_set: ifeval_style samples the IFEval-style rows; a name that is no set is one clear error."""
+    from prefdata.base.errors import UnusableInput
+    from prefdata.commands.demo import load_demo_config
+    from prefdata.commands.demo_chat import ChatDemoConfig, _prompts_file, _replay_prompts
+    from prefdata.world.instructions import load_prompts
+
+    styled = {r["prompt"] for r in load_prompts("ifeval_style")}
+    drawn = [json.loads(x)["prompt"] for x in
+             _prompts_file(ChatDemoConfig(prompts=30, prompt_set="ifeval_style"), tmp_path).read_text().splitlines()]
+    assert len(set(drawn)) == 30 and set(drawn) <= styled
+    # the replay answers those writing tasks and as many of the demo's own questions
+    replayed = _replay_prompts(ChatDemoConfig(prompts=30, prompt_set="ifeval_style"))
+    own = {r["prompt"] for r in load_prompts("train")}
+    assert replayed[:30] == drawn and len(set(replayed[30:])) == 30 and set(replayed[30:]) <= own
+    alone = ChatDemoConfig(prompts=30, prompt_set="ifeval_style", replay_questions=False)
+    assert _replay_prompts(alone) == drawn
+    assert len(_replay_prompts(ChatDemoConfig(prompts=30))) == 30  # the demo's own set: those alone
+    config = tmp_path / "c.yaml"
+    config.write_text("prompt_set: heldout\n")  # never train on the held-out prompts
+    with pytest.raises(UnusableInput, match="prompt_set must be one of train, ifeval_style, got 'heldout'"):
+        load_demo_config(config, ChatDemoConfig)
 
 
 @pytest.mark.slow
@@ -103,11 +129,11 @@ def test_chat_demo_end_to_end(tmp_path):
     assert summary["pairs"] > 0 and summary["judge"]["decided"] > 0
     assert summary["judge"]["repaired"] > 0  # repair: kinds the model never follows still get pairs
     # the replay mixed in: plain train questions (no constraint left in them) and the base model's replies
-    from prefdata.world.instructions import KINDS
+    from prefdata.world.instructions import constraints_of
 
     replay = [json.loads(line) for line in (out / "general_sft.jsonl").read_text().splitlines()]
     assert replay and all(r["completion"].strip() for r in replay)
-    assert not any(kind.pattern.search(r["prompt"]) for r in replay for kind in KINDS)
+    assert not any(constraints_of(r["prompt"]) for r in replay)
     verifier, llm = summary["judge"]["cascade"]  # the model as LLM judge saw only what the verifier left
     assert verifier["judge"]["kind"] == "verifier" and llm["judge"]["kind"] == "llm"
     assert llm["pairs"] == verifier["pairs"] - verifier["decided"] > 0

@@ -17,8 +17,8 @@ from prefdata.checks.isolation import check_split_isolation
 from prefdata.data.records import normalise_text
 from prefdata.world.facts import FACTS, accuracy, correct, fact_rows, load_facts
 from prefdata.world.instructions import (
-    CHAT_DATA, KIND_BY_ID, KINDS, build_prompts, chat_data_files, constraint, constraint_of, load_prompts, repair,
-    verify,
+    CHAT_DATA, CONFLICTS, KIND_BY_ID, KINDS, TASKS, Constraint, build_prompts, chat_data_files, constraint,
+    constraint_of, constraints_of, load_prompts, repair, request_of, split_topics, verify,
 )
 
 # kind -> (its parameters, a reply that follows, a reply that does not). Each pair sits on the edge
@@ -38,6 +38,10 @@ CASES = {
     "bullets": ({"n": 2}, "Two things:\n* Waves\n* Salt", "* Waves\n* Salt\n* Fish"),
     "include_word": ({"word": "happy"}, "The sea makes me Happy.", "The sea makes me glad."),
     "avoid_word": ({"word": "the"}, "There is salt in every sea.", "There is salt in the sea."),
+    # the request is what the prompt says before the instruction: "Describe the sea." in these tests
+    "repeat_request": ({}, "describe the sea.\n\nIt is wide.", "It is wide. Describe the sea."),
+    "end_phrase": ({"phrase": "Any other questions?"}, 'The sea is wide. "any other questions?"',
+                   "Any other questions? The sea is wide."),
 }
 
 
@@ -46,15 +50,22 @@ def test_there_are_at_least_ten_kinds_and_each_has_a_case():
     assert set(CASES) == set(KIND_BY_ID)
 
 
-@pytest.mark.parametrize("kind_id", sorted(CASES))
-def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one(kind_id):
+WORDED = [(kind_id, wording) for kind_id in sorted(CASES) for wording in range(len(KIND_BY_ID[kind_id].templates))]
+
+
+@pytest.mark.parametrize("kind_id, wording", WORDED)
+def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one_in_every_wording(kind_id, wording):
     params, follows, violates = CASES[kind_id]
-    prompt = f"Describe the sea. {constraint(kind_id, **params).instruction}"
+    written = Constraint(KIND_BY_ID[kind_id], params, wording)
+    prompt = f"Describe the sea. {written.instruction}"
+    (found,) = constraints_of(prompt)
+    assert (found.kind.id, found.wording, {k: v for k, v in found.params.items() if k != "request"}) == \
+        (kind_id, wording, params)
     assert verify(prompt, follows) is True
     assert verify(prompt, violates) is False
 
 
-REPAIRABLE = {"double_quotes", "lowercase", "capitals", "no_comma", "end_with"}
+REPAIRABLE = {"double_quotes", "lowercase", "capitals", "no_comma", "end_with", "end_phrase", "repeat_request"}
 
 
 @pytest.mark.parametrize("kind_id", sorted(CASES))
@@ -67,10 +78,39 @@ def test_a_repair_makes_a_violating_reply_follow_and_leaves_a_following_one_alon
         assert edited is None
         return
     assert verify(prompt, edited) is True
-    # the edit keeps the reply's words, in order (an end word may follow them)
+    # the edit keeps the reply's words, in order; it may add an end word, or the request before them
     words = lambda text: re.findall(r"\w+", normalise_text(text))  # noqa: E731
-    assert words(edited)[:len(words(violates))] == words(violates)
-    assert len(words(edited)) <= len(words(violates)) + 1
+    added = {"repeat_request": len(words("Describe the sea.")), "end_phrase": len(words(params.get("phrase", "")))}
+    added = added.get(kind_id, 1)
+    assert " ".join(words(violates)) in " ".join(words(edited))
+    assert len(words(edited)) <= len(words(violates)) + added
+
+
+def test_a_prompt_with_two_constraints_is_followed_only_when_both_are_and_repaired_for_both():
+    prompt = ("Write a poem about the sea. Wrap your entire response with double quotation marks. "
+              "Finish your response with the exact word 'done'. No other words should follow it.")
+    assert [c.kind.id for c in constraints_of(prompt)] == ["double_quotes", "end_with"]
+    assert verify(prompt, '"The sea is wide. Done"') and verify(prompt, '"The sea is wide done"')
+    assert not verify(prompt, '"The sea is wide."') and not verify(prompt, "The sea is wide. done")
+    edited = repair(prompt, "The sea is wide.")
+    assert edited == '"The sea is wide. done"' and verify(prompt, edited)
+    # the case edit runs last, so the repeated request is in capitals too
+    shout = f"Write a tweet about snow. Use only capital letters in your response. {KIND_BY_ID['repeat_request'].template}"
+    edited = repair(shout, "Snow is cold.")
+    assert edited == "WRITE A TWEET ABOUT SNOW. USE ONLY CAPITAL LETTERS IN YOUR RESPONSE.\n\nSNOW IS COLD."
+    assert verify(shout, edited)
+    # a constraint without a rule cannot be repaired, so neither is the prompt
+    keyword = ("Write a song about snow. Include the keyword 'happy' in your response. "
+               "Do not use any capital letters in your response.")
+    assert repair(keyword, "Snow is cold.") is None and repair(keyword, "Snow makes me Happy.") == "snow makes me happy."
+
+
+def test_the_request_is_the_prompt_without_its_instructions():
+    prompt = ("Write a riddle about a cat. Do not include any commas in your response. Before you answer, repeat the "
+              "request above word for word (not this sentence), then answer it.")
+    assert request_of(prompt) == "Write a riddle about a cat."
+    (_, repeat) = constraints_of(prompt)
+    assert repeat.params["request"] == "Write a riddle about a cat. Do not include any commas in your response."
 
 
 def test_ifeval_backed_kinds_name_checkers_that_exist():
@@ -118,7 +158,24 @@ def test_verify_recovers_every_shipped_prompts_constraint():
 
 
 def test_every_kind_is_in_both_splits():
-    assert {r["constraint"] for r in TRAIN} == {r["constraint"] for r in HELDOUT} == set(KIND_BY_ID)
+    assert {r["constraint"] for r in TRAIN} == {r["constraint"] for r in HELDOUT} == {kind.id for kind in KINDS}
+
+
+IFEVAL_STYLE = load_prompts("ifeval_style")
+
+
+def test_ifeval_style_prompts_parse_back_to_their_constraints_on_train_topics_only():
+    assert len(IFEVAL_STYLE) >= 1000
+    assert {r["topic"] for r in IFEVAL_STYLE} == set(split_topics()[0])
+    for row in IFEVAL_STYLE:
+        found = constraints_of(row["prompt"])
+        assert [(c.kind.id, c.params) for c in found] == [(c["kind"], c["params"]) for c in row["constraints"]]
+        assert 1 <= len(found) <= 2 and frozenset(c.kind.id for c in found) not in CONFLICTS
+        assert all(c.kind.id != "repeat_request" for c in found[:-1])  # the request is all before it
+        assert request_of(row["prompt"]) in {task.format(topic=row["topic"]) for task in TASKS}
+    kinds = {c["kind"] for r in IFEVAL_STYLE for c in r["constraints"]}
+    wordings = {(c.kind.id, c.wording) for r in IFEVAL_STYLE for c in constraints_of(r["prompt"])}
+    assert "repeat_request" in kinds and len(wordings) > 2 * len(kinds)  # several wordings of each kind
 
 
 def test_train_and_heldout_share_no_topic_and_no_prompt():
@@ -138,7 +195,7 @@ def test_no_shipped_prompt_is_or_nearly_is_an_ifeval_prompt(shared_data):
     lines = (shared_data / "ifeval" / "input_data.jsonl").read_text(encoding="utf-8").splitlines()
     ifeval = [json.loads(line)["prompt"] for line in lines if line]
     assert len(ifeval) == 541
-    ours = [r["prompt"] for r in TRAIN + HELDOUT]
+    ours = [r["prompt"] for r in TRAIN + HELDOUT + IFEVAL_STYLE]
     result = check_split_isolation(pl.DataFrame({"id": [f"ours-{i}" for i in range(len(ours))], "prompt": ours}),
                                    pl.DataFrame({"id": [f"ifeval-{i}" for i in range(len(ifeval))], "prompt": ifeval}))
     assert result.status == "pass", result.message

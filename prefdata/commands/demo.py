@@ -67,7 +67,7 @@ def load_demo_config(path: Path | None, kind: type = DemoConfig):
     try:
         values = yaml.safe_load(Path(path).read_text()) or {}
         return kind(**values)
-    except (OSError, yaml.YAMLError, TypeError) as exc:
+    except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
         raise UnusableInput(f"demo config {path}: {exc}") from None
 
 

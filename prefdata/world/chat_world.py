@@ -67,9 +67,9 @@ def replay(model_dir: str | Path, prompts: list[str]) -> list[tuple[str, str]]:
     on plain questions while DPO moves it on constrained ones."""
     import re
 
-    from prefdata.world.instructions import constraint_of
+    from prefdata.world.instructions import request_of
 
-    plain = [p.replace(constraint_of(p).instruction, "").strip() for p in prompts]
+    plain = [request_of(p) for p in prompts]
     kept = []
     for question, answer in zip(plain, replies(model_dir, plain, FOLLOW_TOKENS)):
         whole = re.match(r"(?s)(.*[.!?])", answer)

@@ -7,16 +7,21 @@ keeps the pairs where exactly one reply follows the prompt's constraint.
 A prompt is a short base question about a topic plus one constraint's instruction, e.g.
 "Describe the sea. Answer in at most 12 words.". Topics are split into disjoint train and held-out
 sets, so held-out prompts ask about things training never saw. `verify` sees only the prompt and
-the completion: it recovers the constraint by matching the instruction phrases, with regexes built
-from the very templates the generator writes (`Kind.template`), so the two cannot drift apart.
+the completion: it recovers the constraints by matching the instruction phrases, with regexes built
+from the very templates the generator writes (`Kind.templates`), so the two cannot drift apart, and
+a reply follows when it follows them all.
+
+A second train set, `ifeval_style` (the chat demo's `prompt_set`), is shaped like IFEval's prompts:
+a writing task ("Write a poem about the sea.") with one or two constraints, each in any of its
+wordings, "repeat the request" among them; the held-out prompts are the same for both sets.
 
 Where a kind overlaps one of IFEval's instruction types (`ifeval_id`), its verifier calls that
 checker from the `if-verifiable` library (the optional extra `prefdata[chat]`, imported only when a
 verifier runs). Two kinds apply only the case test of their IFEval checker (see `_all_lowercase`).
 Checkers that need NLTK's punkt data (sentence counts) are not used: it cannot be downloaded here.
 
-`python -m prefdata.world.instructions` rewrites the shipped files in chat_data/ (train and held-out
-prompts, and the general-skill facts of facts.py); tests/test_instructions.py checks that they equal
+`python -m prefdata.world.instructions` rewrites the shipped files in chat_data/ (train, IFEval-style
+and held-out prompts, and the general-skill facts of facts.py); tests/test_instructions.py checks that they equal
 what the code generates now.
 """
 
@@ -86,8 +91,9 @@ def _no_comma(response: str, params: dict) -> bool:
     return _ifeval("punctuation:no_comma", response)
 
 
-def _ends_with(response: str, params: dict) -> bool:
-    return _ifeval("startend:end_checker", response, end_phrase=params["word"])
+def _ends_with(param: str) -> Callable[[str, dict], bool]:
+    """The end check of a kind whose ending (a word, a phrase) is its parameter `param`."""
+    return lambda response, params: _ifeval("startend:end_checker", response, end_phrase=params[param])
 
 
 def _in_double_quotes(response: str, params: dict) -> bool:
@@ -117,6 +123,10 @@ def _avoids_word(response: str, params: dict) -> bool:
     return _ifeval("keywords:forbidden_words", response, forbidden_words=[params["word"]])
 
 
+def _repeats_request(response: str, params: dict) -> bool:
+    return _ifeval("combination:repeat_prompt", response, prompt_to_repeat=params["request"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
 # follows a kind (quoting its whole answer), none of its candidates does, the verifier makes no pair
@@ -142,8 +152,18 @@ def _comma_free(response: str, params: dict) -> str:
     return response.replace(",", "")
 
 
-def _ended_with(response: str, params: dict) -> str:
-    return f"{response.rstrip()} {params['word']}"
+def _ended_with(param: str) -> Callable[[str, dict], str]:
+    return lambda response, params: f"{response.rstrip()} {params[param]}"
+
+
+def _request_first(response: str, params: dict) -> str:
+    return f"{params['request']}\n\n{response.strip()}"
+
+
+# Where a prompt carries several constraints, their repairs run in this order (any other kind first):
+# an end word goes inside the quotes, and the case edits come last, so nothing written after them
+# (the end word, the repeated request) escapes them.
+REPAIR_ORDER = ("no_comma", "end_with", "end_phrase", "double_quotes", "repeat_request", "lowercase", "capitals")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +177,10 @@ class Kind:
     """A kind of constraint: its instruction template, the parameter values the generator draws
     from, the question shapes it suits, the IFEval instruction type it overlaps (or None), its
     check and, where a rule can edit any reply into one that follows, that repair. A str parameter
-    is written in single quotes in the template, an int bare."""
+    is written in single quotes in the template, an int bare. `wordings` are other phrasings of the
+    same instruction (the IFEval-style prompts draw among all of them; the demo's own prompts use
+    `template`). A kind `with_request` refers to the prompt before its instruction (IFEval's "repeat
+    the request"): its parameter "request"."""
 
     id: str
     template: str
@@ -166,65 +189,117 @@ class Kind:
     ifeval_id: str | None = None
     choices: dict[str, tuple] = field(default_factory=dict)
     repair: Callable[[str, dict], str] | None = None
+    wordings: tuple[str, ...] = ()
+    with_request: bool = False
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (self.template, *self.wordings)
 
     @cached_property
-    def pattern(self) -> re.Pattern:
-        """The template as a regex with one named group per parameter."""
-        parts = []
-        for literal, name, _, _ in string.Formatter().parse(self.template):
-            parts.append(re.escape(literal))
-            if name is not None:
-                is_int = isinstance(self.choices[name][0], int)
-                parts.append(rf"(?P<{name}>\d+)" if is_int else rf"(?P<{name}>[^'\n]+)")
-        return re.compile("".join(parts))
+    def patterns(self) -> tuple[re.Pattern, ...]:
+        """Each template as a regex with one named group per parameter."""
+        compiled = []
+        for template in self.templates:
+            parts = []
+            for literal, name, _, _ in string.Formatter().parse(template):
+                parts.append(re.escape(literal))
+                if name is not None:
+                    is_int = isinstance(self.choices[name][0], int)
+                    parts.append(rf"(?P<{name}>\d+)" if is_int else rf"(?P<{name}>[^'\n]+)")
+            compiled.append(re.compile("".join(parts)))
+        return tuple(compiled)
 
-    def parse(self, prompt: str) -> dict | None:
-        """The parameters written in the prompt, or None when this kind's instruction is not there."""
-        found = self.pattern.search(prompt)
-        if found is None:
-            return None
-        return {name: int(value) if isinstance(self.choices[name][0], int) else value
-                for name, value in found.groupdict().items()}
+    def find(self, prompt: str) -> Constraint | None:
+        """This kind's constraint as written in the prompt (in whichever wording), or None."""
+        for wording, pattern in enumerate(self.patterns):
+            found = pattern.search(prompt)
+            if found is None:
+                continue
+            params = {name: int(value) if isinstance(self.choices[name][0], int) else value
+                      for name, value in found.groupdict().items()}
+            if self.with_request:
+                params["request"] = prompt[:found.start()].strip()
+            return Constraint(self, params, wording, found.span())
+        return None
 
 
+# `wordings` are phrased the way IFEval phrases its instructions (for case, quotes, commas and
+# "repeat the request" the first is its checker's own description), so that a model taught on them
+# meets IFEval's phrasing; the prompts they go in are the project's own (ifeval_style_rows).
 KINDS: tuple[Kind, ...] = (
     Kind("lowercase", "Write your whole answer in lowercase letters only.", _all_lowercase,
-         (OPEN, SHORT, YES_NO), "change_case:english_lowercase", repair=_lowercased),
+         (OPEN, SHORT, YES_NO), "change_case:english_lowercase", repair=_lowercased,
+         wordings=("Your entire response should be in English, and in all lowercase letters. No capital letters are "
+                   "allowed.", "Do not use any capital letters in your response.",
+                   "Make sure your whole reply is in lower case, with no capital letters whatsoever.")),
     Kind("capitals", "Write your whole answer in capital letters only.", _all_capitals,
-         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=_capitalised),
+         (OPEN, SHORT, YES_NO), "change_case:english_capital", repair=_capitalised,
+         wordings=("Your entire response should be in English, and in all capital letters.",
+                   "Write your entire reply in uppercase letters.", "Use only capital letters in your response.")),
     Kind("numbered_list", "Answer with a numbered list of exactly {n} items.", _numbered_list,
-         (OPEN,), None, {"n": (2, 3, 4)}),
+         (OPEN,), None, {"n": (2, 3, 4)}, wordings=("Format your answer as a numbered list of exactly {n} items.",)),
     Kind("one_word", "Answer with one word only.", _one_word, (SHORT, YES_NO), "length_constraints:number_words"),
     Kind("yes_or_no", "Answer only yes or no.", _yes_or_no, (YES_NO,), None),
     Kind("no_comma", "Do not use any commas in your answer.", _no_comma, (OPEN, SHORT, YES_NO), "punctuation:no_comma",
-         repair=_comma_free),
-    Kind("end_with", "End your answer with the word '{word}', with nothing after it.", _ends_with,
+         repair=_comma_free,
+         wordings=("In your entire response, refrain from the use of any commas.",
+                   "Do not include any commas in your response.", "Avoid commas anywhere in your reply.")),
+    Kind("end_with", "End your answer with the word '{word}', with nothing after it.", _ends_with("word"),
          (OPEN, SHORT, YES_NO), "startend:end_checker", {"word": ("done", "thanks", "okay", "goodbye", "indeed")},
-         repair=_ended_with),
+         repair=_ended_with("word"),
+         wordings=("Finish your response with the exact word '{word}'. No other words should follow it.",
+                   "The very last word of your reply must be '{word}'.")),
     Kind("double_quotes", "Wrap your whole answer in double quotes.", _in_double_quotes,
-         (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted),
+         (OPEN, SHORT, YES_NO), "startend:quotation", repair=_quoted,
+         wordings=("Wrap your entire response with double quotation marks.",
+                   "Put your whole reply inside double quotes.", "Enclose your entire answer in double quotation marks.")),
     Kind("max_words", "Answer in at most {n} words.", _at_most_words, (OPEN, SHORT),
-         "length_constraints:number_words", {"n": (5, 8, 10, 12, 15)}),
+         "length_constraints:number_words", {"n": (5, 8, 10, 12, 15)},
+         wordings=("Your response should contain at most {n} words.", "Answer with no more than {n} words.")),
     Kind("start_with", "Start your answer with the word '{word}'.", _starts_with, (OPEN, SHORT, YES_NO), None,
-         {"word": ("Sure", "Well", "Okay", "Indeed", "So")}),
+         {"word": ("Sure", "Well", "Okay", "Indeed", "So")}, wordings=("Begin your reply with the word '{word}'.",)),
     Kind("bullets", "Answer with exactly {n} bullet points, each on its own line starting with '* '.", _bullets,
-         (OPEN,), "detectable_format:number_bullet_lists", {"n": (2, 3, 4)}),
+         (OPEN,), "detectable_format:number_bullet_lists", {"n": (2, 3, 4)},
+         wordings=("Your answer must contain exactly {n} bullet points. Use the markdown bullet points such as: "
+                   "* This is a point.",)),
     Kind("include_word", "Use the word '{word}' in your answer.", _includes_word, (OPEN, SHORT),
-         "keywords:existence", {"word": ("happy", "today", "friend", "simple", "bright", "always")}),
+         "keywords:existence", {"word": ("happy", "today", "friend", "simple", "bright", "always")},
+         wordings=("Include the keyword '{word}' in your response.", "Make sure the word '{word}' appears in your reply.")),
     Kind("avoid_word", "Do not use the word '{word}' in your answer.", _avoids_word, (OPEN, SHORT, YES_NO),
-         "keywords:forbidden_words", {"word": ("the", "is", "and", "very", "it")}),
+         "keywords:forbidden_words", {"word": ("the", "is", "and", "very", "it")},
+         wordings=("Do not include the keyword '{word}' in the response.", "Never use the word '{word}' in your reply.")),
 )
-KIND_BY_ID = {kind.id: kind for kind in KINDS}
+# Kinds only the IFEval-style prompts carry (the demo's own prompts stay as shipped). "Repeat the
+# request" always comes last in a prompt: the request is everything before it.
+IFEVAL_STYLE_KINDS: tuple[Kind, ...] = (
+    # the first two phrases are the ones IFEval's end checker draws from
+    Kind("end_phrase", "Finish your response with this exact phrase '{phrase}'. No other words should follow this "
+         "phrase.", _ends_with("phrase"), (OPEN,), "startend:end_checker",
+         {"phrase": ("Is there anything else I can help with?", "Any other questions?",
+                     "Let me know if you have any questions.", "That is all for now.", "Thank you for reading.")},
+         repair=_ended_with("phrase"), wordings=("End your reply with the exact phrase '{phrase}', with nothing after it.",)),
+    Kind("repeat_request", "First repeat the request word for word without change, then give your answer (1. do not "
+         "say any words or characters before repeating the request; 2. the request you need to repeat does not "
+         "include this sentence)", _repeats_request, (OPEN,), "combination:repeat_prompt", repair=_request_first,
+         wordings=("Before you answer, repeat the request above word for word (not this sentence), then answer it.",),
+         with_request=True),
+)
+KIND_BY_ID = {kind.id: kind for kind in KINDS + IFEVAL_STYLE_KINDS}
 
 
 @dataclass(frozen=True)
 class Constraint:
+    """A kind with its parameters, in one of its wordings; `span`: where a parsed prompt writes it."""
+
     kind: Kind
     params: dict
+    wording: int = 0
+    span: tuple[int, int] | None = None
 
     @property
     def instruction(self) -> str:
-        return self.kind.template.format(**self.params)
+        return self.kind.templates[self.wording].format(**self.params)
 
     def follows(self, response: str) -> bool:
         return self.kind.check(response, self.params)
@@ -234,30 +309,54 @@ def constraint(kind_id: str, **params) -> Constraint:
     return Constraint(KIND_BY_ID[kind_id], params)
 
 
+def constraints_of(prompt: str) -> list[Constraint]:
+    """Every constraint whose instruction the prompt contains, in the order they are written."""
+    found = [c for kind in KIND_BY_ID.values() if (c := kind.find(prompt)) is not None]
+    return sorted(found, key=lambda c: c.span)
+
+
 def constraint_of(prompt: str) -> Constraint:
     """The one constraint whose instruction the prompt contains; ValueError for none or several."""
-    found = [(kind, params) for kind in KINDS if (params := kind.parse(prompt)) is not None]
+    found = constraints_of(prompt)
     if len(found) != 1:
-        what = "no known constraint" if not found else f"{len(found)} constraints ({', '.join(k.id for k, _ in found)})"
+        what = "no known constraint" if not found else f"{len(found)} constraints ({', '.join(c.kind.id for c in found)})"
         raise ValueError(f"{what} in the prompt {prompt[:80]!r}")
-    kind, params = found[0]
-    return Constraint(kind, params)
+    return found[0]
+
+
+def request_of(prompt: str) -> str:
+    """The prompt without its constraints' instructions: the plain request ("Describe a road.")."""
+    kept, at = [], 0
+    for found in constraints_of(prompt):
+        kept.append(prompt[at:found.span[0]])
+        at = found.span[1]
+    return " ".join("".join(kept + [prompt[at:]]).split())
 
 
 def verify(prompt: str, completion: str) -> bool:
-    """Does the completion follow the constraint written in the prompt? (rule:prefdata.world.instructions:verify)"""
-    return constraint_of(prompt).follows(completion)
+    """Does the completion follow every constraint written in the prompt (IFEval's prompt-level
+    strict)? ValueError for a prompt with none. (rule:prefdata.world.instructions:verify)"""
+    found = constraints_of(prompt)
+    if not found:
+        raise ValueError(f"no known constraint in the prompt {prompt[:80]!r}")
+    return all(c.follows(completion) for c in found)
 
 
 def repair(prompt: str, completion: str) -> str | None:
-    """The completion edited by its constraint's rule so that it follows, or None where it already
-    follows, the kind has no rule, or the edit does not follow either (the collect flow's
-    `Policy.repair`: prefdata.world.instructions:repair)."""
-    found = constraint_of(prompt)
-    if found.kind.repair is None or found.follows(completion):
+    """The completion edited by its constraints' rules (in REPAIR_ORDER) so that it follows them all,
+    or None where it already follows, a constraint it breaks has no rule, or the edit does not
+    follow either (the collect flow's `Policy.repair`: prefdata.world.instructions:repair)."""
+    found = constraints_of(prompt)
+    if all(c.follows(completion) for c in found):
         return None
-    edited = found.kind.repair(completion, found.params)
-    return edited if found.follows(edited) else None
+    rank = lambda c: REPAIR_ORDER.index(c.kind.id) if c.kind.id in REPAIR_ORDER else -1  # noqa: E731
+    edited = completion
+    for c in sorted(found, key=rank):
+        if not c.follows(edited):
+            if c.kind.repair is None:
+                return None
+            edited = c.kind.repair(edited, c.params)
+    return edited if all(c.follows(edited) for c in found) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +428,65 @@ def build_prompts(seed: str = SEED) -> tuple[list[dict], list[dict]]:
             prompt_rows(heldout_topics, random.Random(f"{seed}:heldout")))
 
 
+# ---------------------------------------------------------------------------------------------
+# IFEval-style train prompts: a writing task about a train topic with one or two constraints, each in
+# any of its wordings, "repeat the request" among them. IFEval asks for texts with one to three
+# instructions in its own phrasing; a model taught only "Describe the sea. <one instruction in the
+# demo's words>" follows that wording and little else (bench/RESULTS.md, "IFEval-style prompts").
+
+TASKS = ("Write a short blog post about {topic}.", "Write a poem about {topic}.",
+         "Write a letter to a friend about {topic}.", "Write a short story about {topic}.",
+         "Write an advertisement for {topic}.", "Write a riddle about {topic}.", "Write a tweet about {topic}.",
+         "Write a short essay about {topic}.", "Write a song about {topic}.", "Write a diary entry about {topic}.",
+         "Write a limerick about {topic}.", "Write a review of {topic}.")
+# Kinds no reply can follow together (two cases, two list forms, two endings, a quoted or counted reply
+# that must start with the request or be a list, a forbidden "is" in the end phrase), or that the
+# repeated request itself would break (it holds the other instruction, with its commas and forbidden
+# word).
+CONFLICTS = {frozenset(pair) for pair in (
+    ("lowercase", "capitals"), ("numbered_list", "bullets"), ("end_with", "end_phrase"), ("avoid_word", "end_phrase"),
+    ("max_words", "numbered_list"), ("max_words", "bullets"),
+    ("double_quotes", "numbered_list"), ("double_quotes", "bullets"), ("repeat_request", "double_quotes"),
+    ("repeat_request", "start_with"), ("repeat_request", "max_words"), ("repeat_request", "no_comma"),
+    ("repeat_request", "avoid_word"))}
+
+
+def ifeval_style_rows(topics: list[str], rng: random.Random) -> list[dict]:
+    """One row per topic x task: {"prompt", "constraints": [{"kind", "params"}], "topic"}; half the
+    rows carry two constraints. Kinds are drawn least-used first, wordings at random."""
+    kinds = [k for k in KINDS + IFEVAL_STYLE_KINDS if OPEN in k.shapes]
+    rows, used = [], Counter()
+    for topic in topics:
+        for task in TASKS:
+            drawn: list[Kind] = []
+            for _ in range(rng.choice((1, 2))):
+                free = [k for k in kinds if all(frozenset((k.id, d.id)) not in CONFLICTS and k != d for d in drawn)]
+                fewest = min(used[k.id] for k in free)
+                drawn.append(rng.choice([k for k in free if used[k.id] == fewest]))
+                used[drawn[-1].id] += 1
+            drawn.sort(key=lambda k: k.with_request)  # the request is everything before its instruction
+            request = task.format(topic=topic)
+            prompt, constraints = request, []
+            for kind in drawn:
+                found = Constraint(kind, {name: rng.choice(values) for name, values in kind.choices.items()},
+                                   rng.randrange(len(kind.templates)))
+                params = {**found.params, "request": prompt} if kind.with_request else found.params
+                prompt = f"{prompt} {found.instruction}"
+                constraints.append({"kind": kind.id, "params": params})
+            rows.append({"prompt": prompt, "constraints": constraints, "topic": topic})
+    return rows
+
+
+def build_ifeval_style_prompts(seed: str = SEED) -> list[dict]:
+    """IFEval-style rows on the train topics (never a held-out one); deterministic."""
+    return ifeval_style_rows(split_topics(seed)[0], random.Random(f"{seed}:ifeval-style"))
+
+
+PROMPT_SETS = ("train", "ifeval_style")  # the train prompt files a chat demo can sample from
+
+
 def load_prompts(split: str) -> list[dict]:
-    """The shipped prompts of a split, "train" or "heldout"."""
+    """The shipped prompts of a split: "heldout", or a train set of PROMPT_SETS."""
     path = CHAT_DATA / f"{split}_prompts.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
@@ -347,7 +503,7 @@ def chat_data_files() -> dict[str, str]:
     """File name in chat_data/ -> the text it must hold."""
     train, heldout = build_prompts()
     return {"train_prompts.jsonl": _jsonl(train), "heldout_prompts.jsonl": _jsonl(heldout),
-            "facts.jsonl": _jsonl(fact_rows())}
+            "ifeval_style_prompts.jsonl": _jsonl(build_ifeval_style_prompts()), "facts.jsonl": _jsonl(fact_rows())}
 
 
 def write_chat_data(folder: Path = CHAT_DATA) -> None:
