@@ -10,6 +10,10 @@ export PREFECT_HOME ?= $(CURDIR)/.prefdata/prefect
 export PREFDATA_STORE ?= $(CURDIR)/.prefdata/store
 SAMPLE ?= ../shared/data/hh-rlhf-harmless/test.jsonl.gz
 PYTEST_ARGS ?= -m "not slow"
+# A test that hangs fails after this many seconds with the stacks of its threads (pytest-timeout),
+# instead of holding CI until its limit with no word of where it hung. The slowest fast test with its
+# fixtures (building argilla-server's environment on a fresh machine) takes a few minutes.
+PYTEST_TIMEOUT ?= 900
 # Test files run in two processes (pytest-xdist; a file's tests stay together, with its servers).
 # PYTEST_WORKERS=0 runs them in one.
 PYTEST_WORKERS ?= 2
@@ -43,8 +47,9 @@ hh-walkthrough: setup
 
 # pytest exits 5 when it collected no test: that is a failure here, never a silent pass.
 test: test-deps
-	@$(TEST_ENV) $(VENV)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	@$(TEST_ENV) $(VENV)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: failing"; exit 1; fi; exit $$rc
 
 test-all: PYTEST_ARGS :=
+test-all: PYTEST_TIMEOUT := 3600
 test-all: test
