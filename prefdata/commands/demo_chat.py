@@ -91,6 +91,9 @@ class ChatDemoConfig:
                                                                    "questions. On IFEval-style prompts it held general "
                                                                    "skill (0.470 -> 0.506, against 0.363 without) and "
                                                                    "lowered IFEval (0.199 against 0.239; bench/RESULTS.md)."})
+    replay_tokens: int = field(default=48, metadata={"help": "Longest replay reply, in tokens (cut after its last full "
+                                                            "sentence). Writing tasks want longer replies than the "
+                                                            "demo's questions (bench/chat_ifeval_style.yaml)."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -217,7 +220,7 @@ def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Sta
     prompts = _replay_prompts(config)
     with stages.stage("replay", f"general SFT data: the base model's replies to {len(prompts)} train prompts "
                                 "without their constraints"):
-        examples = replay(model, prompts)
+        examples = replay(model, prompts, config.replay_tokens)
         release_models()  # the heap the replies used, before training
         say(f"      {len(examples)} examples -> {out_dir / 'general_sft.jsonl'}")
     return write_sft_file(out_dir / "general_sft.jsonl", examples)

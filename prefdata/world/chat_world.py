@@ -60,9 +60,9 @@ def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batc
     return [group[0].text for group in groups]
 
 
-def replay(model_dir: str | Path, prompts: list[str]) -> list[tuple[str, str]]:
+def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLLOW_TOKENS) -> list[tuple[str, str]]:
     """(question, reply): each train prompt without its constraint ("Describe a road."), answered
-    greedily by the model, cut after its last full sentence (a reply cut at FOLLOW_TOKENS would
+    greedily by the model, cut after its last full sentence (a reply cut at max_new_tokens would
     otherwise teach stopping mid-sentence). Mixed into training, they hold the model to what it did
     on plain questions while DPO moves it on constrained ones."""
     import re
@@ -71,7 +71,7 @@ def replay(model_dir: str | Path, prompts: list[str]) -> list[tuple[str, str]]:
 
     plain = [request_of(p) for p in prompts]
     kept = []
-    for question, answer in zip(plain, replies(model_dir, plain, FOLLOW_TOKENS)):
+    for question, answer in zip(plain, replies(model_dir, plain, max_new_tokens)):
         whole = re.match(r"(?s)(.*[.!?])", answer)
         reply = whole.group(1) if whole else answer
         if reply.strip():
