@@ -272,11 +272,28 @@ def judge_pairs(items: list[dict], judge: Judge, options: dict, task_name: str) 
 
 
 @task(name="set-judge-limit")
-def set_judge_limit(name: str, limit: int) -> None:
+def set_judge_limit(name: str, limit: int) -> int:
+    """Set the judges' global concurrency limit; on a temporary server, also free the slots it counts
+    as held, and return how many. A temporary server keeps its leases in memory and runs no service
+    that revokes expired ones, but its slot counts live in the database in PREFECT_HOME: every run
+    killed while judging (SIGKILL, the out-of-memory killer) left a slot held for good, and once `limit`
+    of them had, every later run waited forever for a slot. A slot counted when a temporary server
+    starts is one an ended run held, unless another command on the same PREFECT_HOME is judging at
+    that moment: commands that must share the limit need a Prefect server (PREFECT_API_URL), which
+    revokes a dead run's lease itself (after 300 s), and whose counts are left alone here."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    from prefdata.flows.server import on_temporary_server
 
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(name, limit)
+        if not on_temporary_server():
+            return 0
+        held = client.read_global_concurrency_limit_by_name(name).active_slots
+        if held:
+            client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))
+        return held
 
 
 @task(name="simulate-votes")
@@ -399,7 +416,9 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     guideline_text = read_text(Path(guidelines)) if guidelines else None
     prompt_list = load_prompts(prompts)
     for stage in judge.cascade():
-        set_judge_limit(stage.limit_name, stage.limit)
+        if freed := set_judge_limit(stage.limit_name, stage.limit):
+            logger.warning(f"judge limit {stage.limit_name!r}: freed {freed} slot(s) that runs killed while judging "
+                           "had left held")
     out = sample_and_judge.with_options(task_runner=task_runner(engine))(prompt_list, policy, judge, engine)
     comparisons, verdicts = out["comparisons"], out["verdicts"]
 

@@ -25,6 +25,14 @@ from prefdata.collect.local_serve import free_port
 from prefdata.base.processes import own_session, register, unregister
 
 STARTUP_TIMEOUT_S = 120.0  # a loaded 2-core machine has needed more than Prefect's default 20 s
+_STARTED_HERE: set[str] = set()  # the API URLs of the temporary servers this process runs now
+
+
+def on_temporary_server() -> bool:
+    """Whether the API in use is a temporary server this process started (temporary_api)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() in _STARTED_HERE
 
 
 def _healthy(url: str) -> bool:
@@ -106,6 +114,7 @@ def temporary_api() -> Iterator[str]:
                                     "start one (`prefect server start`) and set PREFECT_API_URL")
             time.sleep(0.2)
         os.environ["PREFECT_API_URL"] = url  # for worker processes (Dask) too
+        _STARTED_HERE.add(url)
         try:
             with temporary_settings({PREFECT_API_URL: url}):
                 try:
@@ -114,6 +123,7 @@ def temporary_api() -> Iterator[str]:
                     _drain_prefect_workers()
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+            _STARTED_HERE.discard(url)
     finally:
         stop()
         unregister(stop)

@@ -62,14 +62,27 @@ def world_judge(body: dict, index: int) -> Reply:
     return Reply(content="[[tie]]" if a_ok == b_ok else ("[[A]]" if a_ok else "[[B]]"))
 
 
+# The harness's server runs no service that revokes expired leases: a slot a killed run or a lost
+# response left held stays held for the session. A judging task here waits this long for one, not forever.
+SLOT_WAIT_S = 120
+
+
 def llm_judge(url: str, **kw) -> Judge:
+    kw.setdefault("slot_timeout_s", SLOT_WAIT_S)
     return Judge(kind="llm", base_url=url, model="scripted-judge", timeout_s=30, max_retries=0, retry_delays_s=[],
                  **kw)
+
+
+def bounded(judge: Judge) -> Judge:
+    """The judge (and those after it) with a bounded wait for a slot."""
+    return judge.model_copy(update={"slot_timeout_s": judge.slot_timeout_s or SLOT_WAIT_S,
+                                    "then": bounded(judge.then) if judge.then else None})
 
 
 def run_collect(tmp: Path, **kw) -> dict:
     from prefdata.flows.collect import collect
 
+    kw["judge"] = bounded(kw.get("judge", Judge()))
     kw.setdefault("engine", Engine(cache_dir=str(tmp / "cache")))
     kw.setdefault("humans", Humans(queue_dir=str(tmp / "queues")))
     return collect(**{"prompts": Prompts(n=12), "policy": POLICY, "store": str(tmp / "store"), **kw})
@@ -261,7 +274,7 @@ def test_a_killed_run_resumes_without_sampling_or_judging_again(prefect_api, wor
 
     calls = sample_calls  # counts this process's sampling only: the killed run was a subprocess
     with ScriptedServer(world_judge) as server:
-        # limit 2: the killed run still holds its slot until the lease expires
+        # limit 2: the killed run's slot stays held (the harness's server revokes no lease)
         judge = llm_judge(server.base_url, chunk_size=2, requests_in_flight=1, limit=2, limit_name="killed-run")
         resumed = run_collect(tmp_path, judge=judge, humans=Humans(queue_dir=str(tmp_path / "q")),
                               engine=Engine(cache_dir=str(tmp_path / "cache")))
@@ -296,7 +309,7 @@ def test_judging_goes_through_the_global_concurrency_limit(prefect_api, world, t
         assert client.read_global_concurrency_limit_by_name("judge-test").limit == 1
 
     # With the only slot held elsewhere, a judging task waits for it and times out: no request is sent.
-    with ScriptedServer(slow) as server, concurrency("judge-test", occupy=1):
+    with ScriptedServer(slow) as server, concurrency("judge-test", occupy=1, timeout_seconds=SLOT_WAIT_S):
         state = collect(prompts=Prompts(n=12), policy=POLICY, store=str(tmp_path / "store2"),
                         judge=llm_judge(server.base_url, limit=1, limit_name="judge-test", slot_timeout_s=1),
                         engine=Engine(cache_dir=str(tmp_path / "cache2")),
