@@ -635,14 +635,9 @@ class _traversable:
 
 
 def _as_nobody(*cmd: str) -> subprocess.CompletedProcess:
-    import os
-
-    def drop():  # runs in the child before exec: become uid/gid 65534 (nobody), no groups
-        os.setgroups([])
-        os.setgid(65534)
-        os.setuid(65534)
-
-    run = subprocess.run(list(cmd), preexec_fn=drop, capture_output=True, timeout=30)
+    # uid/gid 65534 (nobody), no groups: set by Popen in C between fork and exec (a preexec_fn would
+    # run Python there, which can deadlock in a process with threads)
+    run = subprocess.run(list(cmd), user=65534, group=65534, extra_groups=[], capture_output=True, timeout=30)
     return subprocess.CompletedProcess(run.args, run.returncode, run.stdout, run.stderr.decode(errors="replace"))
 
 

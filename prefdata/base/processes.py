@@ -30,10 +30,17 @@ _stops: list[Callable[[], None]] = []
 _armed = threading.Event()
 
 
+# Looked up here, in the parent: the child runs die_with_parent between fork and exec, where the
+# parent's other threads are gone but not their locks, so a lookup there (dlopen takes the loader's
+# lock) could wait forever, and Popen with it.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+_SIGTERM = int(signal.SIGTERM)
+
+
 def die_with_parent() -> None:
     """In the child, before exec: SIGTERM when the parent thread ends (Linux prctl)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, _SIGTERM, 0, 0, 0)
 
 
 def own_session() -> dict:
