@@ -111,8 +111,8 @@ def test_the_prompt_set_names_a_shipped_train_set(tmp_path):
 
 def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sentence(tmp_path, monkeypatch):
     """replay_tokens reaches the replay's generate call (writing tasks want longer replies than the
-    demo's questions); each reply is cut after its last full sentence, and the request is the prompt
-    without its instructions. The model is faked here: the slow test runs the real one."""
+    demo's questions); each reply is cut after its last full sentence and before a repeated one, and
+    the request is the prompt without its instructions. The model is faked here: the slow test runs the real one."""
     import prefdata.world.chat_world as chat_world
     from prefdata.commands.demo import Stages
     from prefdata.commands.demo_chat import ChatDemoConfig, _replay_stage
@@ -121,7 +121,8 @@ def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sent
 
     def replies(model_dir, prompts, max_new_tokens, **_):
         asked.append((prompts, max_new_tokens))
-        return ["It rains. It pours. And th", "no sentence end"] + ["Fine."] * (len(prompts) - 2)
+        return (["It rains. It pours. And th", "no sentence end", "Seats are small.\n\nI sat. Seats are  small. I sat."]
+                + ["Fine."] * (len(prompts) - 3))
 
     monkeypatch.setattr(chat_world, "replies", replies)
     config = ChatDemoConfig(prompts=4, prompt_set="ifeval_style", replay_questions=False, replay_tokens=192)
@@ -129,7 +130,8 @@ def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sent
     ((prompts, tokens),) = asked
     assert tokens == 192 and len(prompts) == 4 and all(not constraints_of(p) for p in prompts)
     written = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["completion"] for r in written[:2]] == ["It rains. It pours.", "no sentence end"]
+    # cut after the last full sentence, and before the first sentence that repeats one (a greedy loop)
+    assert [r["completion"] for r in written[:3]] == ["It rains. It pours.", "no sentence end", "Seats are small.\n\nI sat."]
     asked.clear()
     _replay_stage(ChatDemoConfig(prompts=4), "model", tmp_path, Stages(1, lambda _: None), lambda _: None)
     assert asked[0][1] == chat_world.FOLLOW_TOKENS == ChatDemoConfig().replay_tokens

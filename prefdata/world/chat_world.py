@@ -17,6 +17,7 @@ Greedy, so a figure is a property of the weights: before and after differ only b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prefdata.base.errors import UnusableInput
@@ -62,21 +63,35 @@ def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batc
 
 def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLLOW_TOKENS) -> list[tuple[str, str]]:
     """(question, reply): each train prompt without its constraint ("Describe a road."), answered
-    greedily by the model, cut after its last full sentence (a reply cut at max_new_tokens would
-    otherwise teach stopping mid-sentence). Mixed into training, they hold the model to what it did
+    greedily by the model, cut by cut_reply. Mixed into training, they hold the model to what it did
     on plain questions while DPO moves it on constrained ones."""
-    import re
-
     from prefdata.world.instructions import request_of
 
     plain = [request_of(p) for p in prompts]
     kept = []
     for question, answer in zip(plain, replies(model_dir, plain, max_new_tokens)):
-        whole = re.match(r"(?s)(.*[.!?])", answer)
-        reply = whole.group(1) if whole else answer
+        reply = cut_reply(answer)
         if reply.strip():
             kept.append((question, reply))
     return kept
+
+
+_SENTENCE = re.compile(r"[^.!?]*[.!?]+")
+
+
+def cut_reply(answer: str) -> str:
+    """The reply up to its last full sentence (cut at max_new_tokens, it would teach stopping
+    mid-sentence), and before the first sentence that repeats an earlier one: greedy, the 135M model
+    loops on long replies ("The seats were too small for the bus." a dozen times in 192 tokens), and
+    the replay must not teach that. A reply with no sentence end is kept whole."""
+    end, seen = 0, set()
+    for sentence in _SENTENCE.finditer(answer):
+        key = " ".join(sentence.group().lower().split())
+        if key in seen:
+            break
+        seen.add(key)
+        end = sentence.end()
+    return answer[:end] if end else answer
 
 
 def evaluate(model_dir: str | Path, heldout: int | None = None, facts: int | None = None,
