@@ -68,7 +68,6 @@ SLOT_WAIT_S = 120
 
 
 def llm_judge(url: str, **kw) -> Judge:
-    kw.setdefault("slot_timeout_s", SLOT_WAIT_S)
     return Judge(kind="llm", base_url=url, model="scripted-judge", timeout_s=30, max_retries=0, retry_delays_s=[],
                  **kw)
 
