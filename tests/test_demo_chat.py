@@ -110,9 +110,9 @@ def test_the_prompt_set_names_a_shipped_train_set(tmp_path):
 
 
 def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sentence(tmp_path, monkeypatch):
-    """replay_tokens reaches the replay's generate call (writing tasks want longer replies than the
-    demo's questions); each reply is cut after its last full sentence and before a repeated one, and
-    the request is the prompt without its instructions. The model is faked here: the slow test runs the real one."""
+    """replay_tokens reaches the replay's generate call; each reply is cut after its last full sentence
+    and before a repeated one, and the request is the prompt without its instructions. The model is
+    faked here: the slow test runs the real one."""
     import prefdata.world.chat_world as chat_world
     from prefdata.commands.demo import Stages
     from prefdata.commands.demo_chat import ChatDemoConfig, _replay_stage

@@ -92,9 +92,9 @@ class ChatDemoConfig:
                                                                    "skill (0.470 -> 0.506, against 0.363 without) and "
                                                                    "lowered IFEval (0.199 against 0.239; bench/RESULTS.md)."})
     replay_tokens: int = field(default=48, metadata={"help": "Longest replay reply, in tokens (cut after its last full "
-                                                            "sentence, before any repeated one). Writing tasks want "
-                                                            "longer replies than the demo's questions (bench/RESULTS.md, "
-                                                            "\"IFEval-style prompts\")."})
+                                                            "sentence, before any repeated one). 192 on the writing "
+                                                            "tasks held general skill but gave back IFEval gains "
+                                                            "(bench/RESULTS.md, \"IFEval-style prompts\")."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
