@@ -137,6 +137,36 @@ def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sent
     assert asked[0][1] == chat_world.FOLLOW_TOKENS == ChatDemoConfig().replay_tokens
 
 
+def test_the_follow_replay_keeps_constraints_only_where_the_reply_follows_or_is_repaired(monkeypatch):
+    """replay(follow=True): a reply that follows is kept with its prompt, one that breaks a constraint
+    with a repair rule is kept repaired, and a prompt whose reply cannot be made to follow (a word
+    limit) falls back to its plain request, answered in a second generate call of those alone."""
+    import prefdata.world.chat_world as chat_world
+    from prefdata.world.instructions import verify
+
+    lower = "Describe a lake. Write your whole answer in lowercase letters only."
+    comma = "Describe a road. Do not use any commas in your answer."
+    short = "Describe a tree. Answer in at most 5 words."
+    asked = []
+
+    def replies(model_dir, prompts, max_new_tokens, **_):
+        asked.append(prompts)
+        answers = {lower: "a calm lake. It is blue. And th", comma: "Roads are long, grey and hard.",
+                   short: "A tree is a tall plant with leaves.", "Describe a tree.": "Trees are tall.",
+                   "Describe a lake.": "Lakes are calm."}
+        return [answers[p] for p in prompts]
+
+    monkeypatch.setattr(chat_world, "replies", replies)
+    examples = chat_world.replay("model", [lower, comma, short], follow=True)
+    assert asked == [[lower, comma, short], ["Describe a tree."]]
+    # cut after the last full sentence, then repaired: lowercased, commas removed; the word limit has no rule
+    assert examples == [(lower, "a calm lake. it is blue."), (comma, "Roads are long grey and hard."),
+                        ("Describe a tree.", "Trees are tall.")]
+    assert all(verify(p, r) for p, r in examples[:2])
+    asked.clear()  # without follow: one call, the plain requests alone
+    assert [q for q, _ in chat_world.replay("model", [lower, short])] == ["Describe a lake.", "Describe a tree."]
+
+
 @pytest.mark.slow
 def test_chat_demo_end_to_end(tmp_path):
     """The whole loop on the real model, small: every stage runs, summary.json has the toy's keys and the

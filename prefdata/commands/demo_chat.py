@@ -95,6 +95,10 @@ class ChatDemoConfig:
                                                             "sentence, before any repeated one). 192 on the writing "
                                                             "tasks held general skill but gave back IFEval gains "
                                                             "(bench/RESULTS.md, \"IFEval-style prompts\")."})
+    replay_follow: bool = field(default=False, metadata={"help": "The replay keeps each prompt's constraints where the base "
+                                                                 "model's greedy reply follows them as it is or after a "
+                                                                 "repair rule (the rest answer the plain request): SFT "
+                                                                 "data that follows, in the model's own words."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -213,17 +217,19 @@ def _replay_prompts(config: ChatDemoConfig) -> list[str]:
 def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
                   say: Callable[[str], None]) -> Path:
     """The general SFT data the mixing run mixes in: the base model's replies to _replay_prompts
-    without their constraints (chat_world.replay)."""
+    without their constraints, or with them where followed (replay_follow; chat_world.replay)."""
     from prefdata.flows.collect import release_models
     from prefdata.trainers.data import write_sft_file
     from prefdata.world.chat_world import replay
+    from prefdata.world.instructions import constraints_of
 
     prompts = _replay_prompts(config)
-    with stages.stage("replay", f"general SFT data: the base model's replies to {len(prompts)} train prompts "
-                                "without their constraints"):
-        examples = replay(model, prompts, config.replay_tokens)
+    how = "with their constraints where followed or repaired" if config.replay_follow else "without their constraints"
+    with stages.stage("replay", f"general SFT data: the base model's replies to {len(prompts)} train prompts {how}"):
+        examples = replay(model, prompts, config.replay_tokens, follow=config.replay_follow)
         release_models()  # the heap the replies used, before training
-        say(f"      {len(examples)} examples -> {out_dir / 'general_sft.jsonl'}")
+        kept = sum(bool(constraints_of(question)) for question, _ in examples)
+        say(f"      {len(examples)} examples ({kept} with their constraints) -> {out_dir / 'general_sft.jsonl'}")
     return write_sft_file(out_dir / "general_sft.jsonl", examples)
 
 

@@ -7,7 +7,8 @@
     replies(model, prompts)    greedy replies through the model's chat template (the one rendering)
     replay(model_dir, prompts) the base model's own greedy replies to train prompts stripped of their
                                constraint: general SFT data to mix in against the alignment tax
-                               (SmolLM2's own SFT data is not shipped)
+                               (SmolLM2's own SFT data is not shipped); with follow, to the prompts
+                               with their constraints, repaired where a rule can (following_reply)
     evaluate(model_dir, ...)   held-out constraint following (instructions.verify) and general skill
                                (facts.correct): an evaluator the trainers run before and after
                                (`evaluator: prefdata.world.chat_world:evaluate`)
@@ -61,19 +62,41 @@ def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batc
     return [group[0].text for group in groups]
 
 
-def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLLOW_TOKENS) -> list[tuple[str, str]]:
+def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLLOW_TOKENS,
+           follow: bool = False) -> list[tuple[str, str]]:
     """(question, reply): each train prompt without its constraint ("Describe a road."), answered
     greedily by the model, cut by cut_reply. Mixed into training, they hold the model to what it did
-    on plain questions while DPO moves it on constrained ones."""
+    on plain questions while DPO moves it on constrained ones. With `follow`, a prompt keeps its
+    constraints where the model's greedy reply to it follows them or is repaired to
+    (following_reply): SFT data that answers as the model does *and* follows; the other prompts fall
+    back to their plain request."""
     from prefdata.world.instructions import request_of
 
-    plain = [request_of(p) for p in prompts]
-    kept = []
-    for question, answer in zip(plain, replies(model_dir, plain, max_new_tokens)):
+    examples: list[tuple[str, str] | None] = [None] * len(prompts)
+    if follow:
+        examples = [following_reply(p, a) for p, a in zip(prompts, replies(model_dir, prompts, max_new_tokens))]
+    rest = [i for i, example in enumerate(examples) if example is None]
+    plain = [request_of(prompts[i]) for i in rest]
+    for i, question, answer in zip(rest, plain, replies(model_dir, plain, max_new_tokens) if plain else []):
         reply = cut_reply(answer)
         if reply.strip():
-            kept.append((question, reply))
-    return kept
+            examples[i] = (question, reply)
+    return [example for example in examples if example is not None]
+
+
+def following_reply(prompt: str, answer: str) -> tuple[str, str] | None:
+    """(prompt, reply) where the reply, cut by cut_reply, follows every constraint of the prompt as it
+    is or after instructions.repair; None where it cannot (a kind with no repair rule, a word limit
+    broken) or the prompt has no constraint."""
+    from prefdata.world.instructions import constraints_of, repair, verify
+
+    reply = cut_reply(answer)
+    if not reply.strip() or not constraints_of(prompt):
+        return None
+    if verify(prompt, reply):
+        return prompt, reply
+    repaired = repair(prompt, reply)
+    return (prompt, repaired) if repaired is not None else None
 
 
 _SENTENCE = re.compile(r"[^.!?]*[.!?]+")
