@@ -165,6 +165,7 @@ def test_the_follow_replay_keeps_constraints_only_where_the_reply_follows_or_is_
     assert all(verify(p, r) for p, r in examples[:2])
     asked.clear()  # without follow: one call, the plain requests alone
     assert [q for q, _ in chat_world.replay("model", [lower, short])] == ["Describe a lake.", "Describe a tree."]
+    assert asked == [["Describe a lake.", "Describe a tree."]]
 
 
 @pytest.mark.slow
