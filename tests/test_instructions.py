@@ -17,7 +17,7 @@ from prefdata.checks.isolation import check_split_isolation
 from prefdata.data.records import normalise_text
 from prefdata.world.facts import FACTS, accuracy, correct, fact_rows, load_facts
 from prefdata.world.instructions import (
-    CHAT_DATA, CONFLICTS, KIND_BY_ID, KINDS, TASKS, Constraint, build_prompts, chat_data_files, constraint,
+    CHAT_DATA, CONFLICTS, KIND_BY_ID, KINDS, OPEN, TASKS, Constraint, build_prompts, chat_data_files, constraint,
     constraint_of, constraints_of, load_prompts, repair, request_of, split_topics, verify,
 )
 
@@ -42,6 +42,10 @@ CASES = {
     "repeat_request": ({}, "describe the sea.\n\nIt is wide.", "It is wide. Describe the sea."),
     "end_phrase": ({"phrase": "Any other questions?"}, 'The sea is wide. "any other questions?"',
                    "Any other questions? The sea is wide."),
+    "title": ({}, "<<The Sea>>\nIt is wide.", "<< >> The sea is wide. <The Sea>"),
+    "highlights": ({"n": 2}, "The sea is *wide* and **deep**.", "The sea is *wide* and * *."),
+    "postscript": ({"marker": "P.P.S"}, "The sea is wide.\n\nP.P.S Bring a coat.", "The sea is wide. P.S. Bring a coat."),
+    "placeholders": ({"n": 2}, "Meet me at [place] on [date].", "Meet me at [place] on the beach."),
 }
 
 
@@ -65,7 +69,8 @@ def test_each_verifier_accepts_a_following_reply_and_refuses_a_violating_one_in_
     assert verify(prompt, violates) is False
 
 
-REPAIRABLE = {"double_quotes", "lowercase", "capitals", "no_comma", "end_with", "end_phrase", "repeat_request"}
+REPAIRABLE = {"double_quotes", "lowercase", "capitals", "no_comma", "end_with", "end_phrase", "repeat_request", "bullets",
+              "title", "highlights", "postscript", "placeholders"}
 
 
 @pytest.mark.parametrize("kind_id", sorted(CASES))
@@ -80,7 +85,9 @@ def test_a_repair_makes_a_violating_reply_follow_and_leaves_a_following_one_alon
     assert verify(prompt, edited) is True
     # the edit keeps the reply's words, in order; it may add an end word, or the request before them
     words = lambda text: re.findall(r"\w+", normalise_text(text))  # noqa: E731
-    added = {"repeat_request": len(words("Describe the sea.")), "end_phrase": len(words(params.get("phrase", "")))}
+    added = {"repeat_request": len(words("Describe the sea.")), "end_phrase": len(words(params.get("phrase", ""))),
+             "title": 4, "postscript": len(words("P.P.S I hope you enjoyed this.")), "placeholders": params.get("n"),
+             "bullets": 0, "highlights": 0}
     added = added.get(kind_id, 1)
     assert " ".join(words(violates)) in " ".join(words(edited))
     assert len(words(edited)) <= len(words(violates)) + added
@@ -116,8 +123,8 @@ def test_the_request_is_the_prompt_without_its_instructions():
 def test_ifeval_backed_kinds_name_checkers_that_exist():
     from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
 
-    backed = {kind.id: kind.ifeval_id for kind in KINDS if kind.ifeval_id}
-    assert len(backed) >= 8
+    assert len([kind for kind in KINDS if kind.ifeval_id]) >= 8
+    backed = {kind.id: kind.ifeval_id for kind in KIND_BY_ID.values() if kind.ifeval_id}
     assert set(backed.values()) <= set(INSTRUCTION_DICT)
 
 
@@ -176,6 +183,8 @@ def test_ifeval_style_prompts_parse_back_to_their_constraints_on_train_topics_on
     kinds = {c["kind"] for r in IFEVAL_STYLE for c in r["constraints"]}
     wordings = {(c.kind.id, c.wording) for r in IFEVAL_STYLE for c in constraints_of(r["prompt"])}
     assert "repeat_request" in kinds and len(wordings) > 2 * len(kinds)  # several wordings of each kind
+    # only what IFEval scores: every IFEval-backed kind that suits a writing task, and no other
+    assert kinds == {kind.id for kind in KIND_BY_ID.values() if kind.ifeval_id and OPEN in kind.shapes}
 
 
 def test_train_and_heldout_share_no_topic_and_no_prompt():

@@ -127,6 +127,22 @@ def _repeats_request(response: str, params: dict) -> bool:
     return _ifeval("combination:repeat_prompt", response, prompt_to_repeat=params["request"])
 
 
+def _titled(response: str, params: dict) -> bool:
+    return _ifeval("detectable_format:title", response)
+
+
+def _highlighted(response: str, params: dict) -> bool:
+    return _ifeval("detectable_format:number_highlighted_sections", response, num_highlights=params["n"])
+
+
+def _with_postscript(response: str, params: dict) -> bool:
+    return _ifeval("detectable_content:postscript", response, postscript_marker=params["marker"])
+
+
+def _with_placeholders(response: str, params: dict) -> bool:
+    return _ifeval("detectable_content:number_placeholders", response, num_placeholders=params["n"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Repairs: a reply edited by a rule so that it follows its constraint. Where the base model never
 # follows a kind (quoting its whole answer), none of its candidates does, the verifier makes no pair
@@ -160,10 +176,54 @@ def _request_first(response: str, params: dict) -> str:
     return f"{params['request']}\n\n{response.strip()}"
 
 
+_SENTENCE = re.compile(r"[^\W_][^.!?\n*]*[.!?]*")  # a run of text up to its sentence end, within a line
+
+
+def _bulleted(response: str, params: dict) -> str:
+    """The reply's sentences (its words, if it has fewer sentences than bullets) in `n` bullets, in order."""
+    parts = [m.group(0).strip() for m in _SENTENCE.finditer(response)]
+    if len(parts) < params["n"]:
+        parts = response.replace("*", " ").split()
+    per = -(-len(parts) // params["n"])  # ceil: the last bullet takes the rest
+    return "\n".join(f"* {' '.join(parts[i:i + per])}" for i in range(0, len(parts), per))
+
+
+def _title_added(response: str, params: dict) -> str:
+    words = re.findall(r"[^\W_]+", response)[:4]
+    return f"<<{' '.join(w.capitalize() for w in words) or 'Untitled'}>>\n\n{response.strip()}"
+
+
+def _highlights_added(response: str, params: dict) -> str:
+    """The reply with its first `n` sentences in *asterisks* (IFEval's highlighted sections)."""
+    left = [params["n"]]
+
+    def wrap(found: re.Match) -> str:
+        if not left[0]:
+            return found.group(0)
+        left[0] -= 1
+        text = found.group(0)
+        return f"*{text.rstrip()}*{text[len(text.rstrip()):]}"
+
+    return _SENTENCE.sub(wrap, response)
+
+
+def _postscript_added(response: str, params: dict) -> str:
+    return f"{response.rstrip()}\n\n{params['marker']} I hope you enjoyed this."
+
+
+PLACEHOLDERS = ("[name]", "[place]", "[date]")
+
+
+def _placeholders_added(response: str, params: dict) -> str:
+    return f"{response.rstrip()}\n\n{' '.join(PLACEHOLDERS[:params['n']])}"
+
+
 # Where a prompt carries several constraints, their repairs run in this order (any other kind first):
-# an end word goes inside the quotes, and the case edits come last, so nothing written after them
-# (the end word, the repeated request) escapes them.
-REPAIR_ORDER = ("no_comma", "end_with", "end_phrase", "double_quotes", "repeat_request", "lowercase", "capitals")
+# the bullets rewrite the body before anything marks it, an end word goes after the postscript and
+# inside the quotes, and the case edits come last, so nothing written after them (the end word, the
+# repeated request) escapes them.
+REPAIR_ORDER = ("bullets", "highlights", "title", "placeholders", "postscript", "no_comma", "end_with", "end_phrase",
+                "double_quotes", "repeat_request", "lowercase", "capitals")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +237,8 @@ class Kind:
     """A kind of constraint: its instruction template, the parameter values the generator draws
     from, the question shapes it suits, the IFEval instruction type it overlaps (or None), its
     check and, where a rule can edit any reply into one that follows, that repair. A str parameter
-    is written in single quotes in the template, an int bare. `wordings` are other phrasings of the
+    is written in single quotes in the template (any value parses) or bare (IFEval writes "P.P.S" so: only
+    its choices parse), an int bare. `wordings` are other phrasings of the
     same instruction (the IFEval-style prompts draw among all of them; the demo's own prompts use
     `template`). A kind `with_request` refers to the prompt before its instruction (IFEval's "repeat
     the request"): its parameter "request"."""
@@ -205,8 +266,12 @@ class Kind:
             for literal, name, _, _ in string.Formatter().parse(template):
                 parts.append(re.escape(literal))
                 if name is not None:
-                    is_int = isinstance(self.choices[name][0], int)
-                    parts.append(rf"(?P<{name}>\d+)" if is_int else rf"(?P<{name}>[^'\n]+)")
+                    if isinstance(self.choices[name][0], int):
+                        parts.append(rf"(?P<{name}>\d+)")
+                    elif literal.endswith("'"):
+                        parts.append(rf"(?P<{name}>[^'\n]+)")
+                    else:  # a bare str parameter parses as one of its choices only
+                        parts.append(rf"(?P<{name}>{'|'.join(map(re.escape, self.choices[name]))})")
             compiled.append(re.compile("".join(parts)))
         return tuple(compiled)
 
@@ -260,7 +325,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("start_with", "Start your answer with the word '{word}'.", _starts_with, (OPEN, SHORT, YES_NO), None,
          {"word": ("Sure", "Well", "Okay", "Indeed", "So")}, wordings=("Begin your reply with the word '{word}'.",)),
     Kind("bullets", "Answer with exactly {n} bullet points, each on its own line starting with '* '.", _bullets,
-         (OPEN,), "detectable_format:number_bullet_lists", {"n": (2, 3, 4)},
+         (OPEN,), "detectable_format:number_bullet_lists", {"n": (2, 3, 4)}, repair=_bulleted,
          wordings=("Your answer must contain exactly {n} bullet points. Use the markdown bullet points such as: "
                    "* This is a point.",)),
     Kind("include_word", "Use the word '{word}' in your answer.", _includes_word, (OPEN, SHORT),
@@ -284,6 +349,22 @@ IFEVAL_STYLE_KINDS: tuple[Kind, ...] = (
          "include this sentence)", _repeats_request, (OPEN,), "combination:repeat_prompt", repair=_request_first,
          wordings=("Before you answer, repeat the request above word for word (not this sentence), then answer it.",),
          with_request=True),
+    # four of IFEval's formats the base model half follows and a DPO run without them loses (title 22 -> 16 of
+    # 37, highlighted sections 29 -> 18 of 48: bench/RESULTS.md, "IFEval-style prompts"); IFEval's phrasings
+    Kind("title", "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>.",
+         _titled, (OPEN,), "detectable_format:title", repair=_title_added,
+         wordings=("Give your answer a title wrapped in double angular brackets, i.e. <<title>>.",)),
+    Kind("highlights", "Highlight at least {n} sections in your answer with markdown, i.e. *highlighted section*.",
+         _highlighted, (OPEN,), "detectable_format:number_highlighted_sections", {"n": (1, 2, 3)},
+         repair=_highlights_added,
+         wordings=("Make sure to italicize at least {n} text sections in markdown format, for example: *italic text*.",)),
+    Kind("postscript", "At the end of your response, please explicitly add a postscript starting with {marker}",
+         _with_postscript, (OPEN,), "detectable_content:postscript", {"marker": ("P.S.", "P.P.S")},
+         repair=_postscript_added, wordings=("Add a postscript starting with {marker} to the end of your response.",)),
+    Kind("placeholders", "The response must contain at least {n} placeholders represented by square brackets, such as "
+         "[address].", _with_placeholders, (OPEN,), "detectable_content:number_placeholders", {"n": (1, 2, 3)},
+         repair=_placeholders_added,
+         wordings=("Include at least {n} placeholders represented by square brackets, such as [name].",)),
 )
 KIND_BY_ID = {kind.id: kind for kind in KINDS + IFEVAL_STYLE_KINDS}
 
@@ -440,21 +521,22 @@ TASKS = ("Write a short blog post about {topic}.", "Write a poem about {topic}."
          "Write a short essay about {topic}.", "Write a song about {topic}.", "Write a diary entry about {topic}.",
          "Write a limerick about {topic}.", "Write a review of {topic}.")
 # Kinds no reply can follow together (two cases, two list forms, two endings, a quoted or counted reply
-# that must start with the request or be a list, a forbidden "is" in the end phrase), or that the
-# repeated request itself would break (it holds the other instruction, with its commas and forbidden
-# word).
+# that must start with the request or be a list, a forbidden "is" in the end phrase, bullets beside
+# highlights: a highlight at a line's start counts as one more bullet), or that the repeated request
+# itself would break (it holds the other instruction, with its commas and forbidden word); and a word
+# limit with a postscript, whose repair alone writes six words.
 CONFLICTS = {frozenset(pair) for pair in (
     ("lowercase", "capitals"), ("numbered_list", "bullets"), ("end_with", "end_phrase"), ("avoid_word", "end_phrase"),
     ("max_words", "numbered_list"), ("max_words", "bullets"),
     ("double_quotes", "numbered_list"), ("double_quotes", "bullets"), ("repeat_request", "double_quotes"),
     ("repeat_request", "start_with"), ("repeat_request", "max_words"), ("repeat_request", "no_comma"),
-    ("repeat_request", "avoid_word"))}
+    ("repeat_request", "avoid_word"), ("bullets", "highlights"), ("max_words", "postscript"))}
 
 
 def ifeval_style_rows(topics: list[str], rng: random.Random) -> list[dict]:
     """One row per topic x task: {"prompt", "constraints": [{"kind", "params"}], "topic"}; half the
     rows carry two constraints. Kinds are drawn least-used first, wordings at random."""
-    kinds = [k for k in KINDS + IFEVAL_STYLE_KINDS if OPEN in k.shapes]
+    kinds = [k for k in KINDS + IFEVAL_STYLE_KINDS if OPEN in k.shapes and k.ifeval_id]  # what IFEval scores
     rows, used = [], Counter()
     for topic in topics:
         for task in TASKS:
