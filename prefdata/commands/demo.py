@@ -293,17 +293,19 @@ def _collect_stage(number: int, config: DemoConfig, world, policy: str, parent: 
 
 
 def _publish_stage(draft: str, config: DemoConfig, where: Path, store: str, tag: str, stages: Stages,
-                   say: Callable[[str], None]) -> dict:
-    """Filter the draft into a child version, then the publish flow (the checklist gate) on it."""
+                   say: Callable[[str], None], drop: tuple[str, ...] | None = None) -> dict:
+    """Filter the draft into a child version (`drop`: the row checks it quarantines on; default the
+    filter's own), then the publish flow (the checklist gate) on it."""
     from prefdata.checks.checklist import load_config
-    from prefdata.gate.filtering import filter_version
+    from prefdata.gate.filtering import DEFAULT_DROP, filter_version
     from prefdata.flows.gate import publish
     from prefdata.flows.params import Checks
     from prefdata.data.store import Store
 
     _quiet_great_expectations()
     with stages.stage(f"publish{tag}", "filter duplicates and degenerate pairs, run the checklist gate, publish"):
-        filtered, counts = filter_version(Store(store), draft, config=load_config(Path(config.checklist)))
+        filtered, counts = filter_version(Store(store), draft, drop or DEFAULT_DROP,
+                                          config=load_config(Path(config.checklist)))
         say(f"      filter: {counts['read']} pairs = {counts['kept']} kept + {counts['quarantined']} quarantined "
             f"{counts['reasons']} -> {filtered.ref}")
         return publish(filtered.ref, Checks(config=config.checklist, report_dir=str(where / "report")), store=store)

@@ -42,9 +42,15 @@ from typing import Any, Callable
 
 from prefdata.commands.demo import Stages, _humans, _iaa, _pairs_in, _publish_stage, _quiet, _quiet_libraries, audit_summary, \
     label_sources
+from prefdata.gate.filtering import DEFAULT_DROP
 
 WORLD_DIR = Path(__file__).parents[1] / "world"
 VERIFIER = "prefdata.world.instructions:verify"
+# The filter also quarantines pairs whose chosen reply is mostly its prompt (answer_leakage): the 135M
+# model often echoes the instruction ("The very last word of your reply must be 'done'. done"), which a
+# repair or the verifier can then prefer, and a repeated request before a one-line answer is most of the
+# reply. Trained on, both teach copying the prompt; the gate would refuse the version for them.
+CHAT_DROP = DEFAULT_DROP + ("answer_leakage",)
 # With `repair: true`, a kind the base model never follows (quoting the whole answer) gets pairs from a
 # repaired copy of a candidate (bench/RESULTS.md, "Repaired replies").
 REPAIR = "prefdata.world.instructions:repair"
@@ -160,7 +166,7 @@ def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
     with temporary_api():
         collected, via = _collect(config, model, out_dir, stages, say)
         gate = replace(config, checklist=str(_checklist(config, out_dir)))
-        published = _publish_stage(collected["version"], gate, out_dir, store, "", stages, say)
+        published = _publish_stage(collected["version"], gate, out_dir, store, "", stages, say, CHAT_DROP)
         general = _replay_stage(config, model, out_dir, stages, say)
         trained = _train(published["dataset"], config, model, out_dir / "model", {"general_sft": str(general)}, stages,
                          "train", "dpo with LoRA, SFT mixing on (the chosen replies and the replay)")
