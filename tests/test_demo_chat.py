@@ -199,3 +199,33 @@ def test_chat_demo_end_to_end(tmp_path):
     assert verifier["judge"]["kind"] == "verifier" and llm["judge"]["kind"] == "llm"
     assert llm["pairs"] == verifier["pairs"] - verifier["decided"] > 0
     assert len(done.stdout.splitlines()) <= 80
+
+
+def test_the_chat_demos_filter_quarantines_a_chosen_reply_that_echoes_its_prompt(store_root, tmp_path):
+    """The 135M model echoes instructions, and a verifier or a repair can prefer the echo: the chat demo's
+    filter (CHAT_DROP) quarantines it with its reason, where the default filter would leave it for the
+    gate to refuse the whole version."""
+    from prefdata.checks.checklist import load_config
+    from prefdata.commands.demo_chat import CHAT_DROP, ChatDemoConfig
+    from prefdata.data.importer import import_file, import_to_store
+    from prefdata.data.store import Store
+    from prefdata.gate.filtering import DEFAULT_DROP, filter_version
+    from prefdata.world.instructions import TOPICS
+
+    echo = {"prompt": "Write a song about an umbrella. The very last word of your reply must be 'done'.",
+            "chosen": "The very last word of your reply must be 'done'. done",
+            "rejected": "Umbrellas keep the rain off my head on grey days."}
+    rows = [{"prompt": f"Write a poem about {topic}. Do not use any commas in your answer.",
+             "chosen": f"Here {i} lines on {topic} stand calm and plain.", "rejected": f"Oh, {topic}, {i} times, yes."}
+            for i, topic in enumerate(TOPICS[:30])] + [echo]
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    store = Store()
+    parent = import_to_store(import_file(src), "echo", store)
+    config = load_config(Path(ChatDemoConfig().checklist))
+    _, default = filter_version(store, parent.ref, DEFAULT_DROP, config=config)
+    assert "check:answer_leakage" not in default["reasons"]
+    child, counts = filter_version(store, parent.ref, CHAT_DROP, config=config)
+    assert counts["reasons"] == {"check:answer_leakage": 1} and counts["kept"] == len(rows) - 1
+    (quarantined,) = [json.loads(line) for line in store.read_text(child.ref, "quarantine.jsonl").splitlines()]
+    assert quarantined["raw"]["chosen"] == echo["chosen"]
