@@ -51,3 +51,14 @@ def test_headroom_scores_replies_edited_to_follow_one_type_at_a_time_and_all_tog
     assert gains["startend:quotation"] == 0.5
     assert gains["punctuation:no_comma"] == 0.0  # not what either reply misses
     assert gains["all of them"] == 1.0
+
+
+def test_headroom_edits_run_in_the_demos_repair_order_and_the_first_six_leave_the_new_types_out():
+    from bench.bench_ifeval import headroom
+
+    # lowercase is written first, but the title must be added before the case edit or it escapes it
+    rows = [{"prompt": "Describe the sea in lowercase, with a title.",
+             "instruction_id_list": ["change_case:english_lowercase", "detectable_format:title"], "kwargs": [{}, {}]}]
+    gains = headroom(rows, ["The sea is wide."])
+    assert gains["all of them"] == 1.0
+    assert gains["the first six"] == 0.0 and gains["detectable_format:title"] == 0.0  # each alone misses the other

@@ -88,7 +88,8 @@ class ChatDemoConfig:
                                                             "a pair, about 9 minutes more here (bench/RESULTS.md)."})
     repair: bool = field(default=False, metadata={"help": "Add a rule-repaired copy of a candidate where no sampled "
                                                           "reply follows a kind with a repair rule (quotes, case, "
-                                                          "commas, end word: instructions.repair). Off by default: "
+                                                          "commas, end word, bullets; and the IFEval-style formats: "
+                                                          "instructions.repair). Off by default: "
                                                           "at 80 prompts it lowered held-out following (+22.5 points "
                                                           "against +26.7); bench/chat_ifeval.yaml turns it on at four "
                                                           "times the data (bench/RESULTS.md)."})

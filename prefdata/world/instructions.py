@@ -211,11 +211,11 @@ def _postscript_added(response: str, params: dict) -> str:
     return f"{response.rstrip()}\n\n{params['marker']} I hope you enjoyed this."
 
 
-PLACEHOLDERS = ("[name]", "[place]", "[date]")
+PLACEHOLDERS = ("name", "place", "date")
 
 
 def _placeholders_added(response: str, params: dict) -> str:
-    return f"{response.rstrip()}\n\n{' '.join(PLACEHOLDERS[:params['n']])}"
+    return f"{response.rstrip()}\n\n{' '.join(f'[{PLACEHOLDERS[i % 3]}]' for i in range(params['n']))}"
 
 
 # Where a prompt carries several constraints, their repairs run in this order (any other kind first):
