@@ -159,7 +159,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=[], help="NAME=PATH (PATH: a model folder, a .gguf "
                                                                           "file, or smollm2); give it once per model")
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, default=DATA, help="IFEval's input_data.jsonl (default: beside the "
+                                                                 "checkout, ../shared/data/ifeval/).")
     parser.add_argument("--n", type=int, default=None, help="First N prompts (default: all 541).")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -172,6 +173,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.headroom and not args.score:
         parser.error("--headroom scores saved replies: give --score FILE")
+    if not args.data.is_file():  # a worktree elsewhere has no ../shared beside it
+        parser.error(f"no IFEval prompts at {args.data}: give --data PATH/input_data.jsonl")
+    if args.score and not args.score.is_file():
+        parser.error(f"no saved replies at {args.score}: give --score the --json file of a run")
     if args.score:
         saved = json.loads(args.score.read_text())
         rows = load_ifeval(args.data, saved.get("n"))

@@ -40,6 +40,11 @@ def test_replies_saved_without_scores_are_scored_later(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "| prompt_strict | 0.500 |" in out.stdout and "| startend:quotation | 0/1 |" in out.stdout
+    # a missing file is one line naming the option, not a traceback
+    for args in (["--data", str(tmp_path / "none.jsonl")], ["--data", str(data), "--score", str(tmp_path / "none.json")]):
+        missing = subprocess.run([sys.executable, "bench/bench_ifeval.py", "--score", str(saved), *args], cwd=REPO,
+                                 capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 2 and "Traceback" not in missing.stderr and "none.json" in missing.stderr
 
 
 def test_headroom_scores_replies_edited_to_follow_one_type_at_a_time_and_all_together():
