@@ -93,6 +93,15 @@ def test_a_repair_makes_a_violating_reply_follow_and_leaves_a_following_one_alon
     assert len(words(edited)) <= len(words(violates)) + added
 
 
+@pytest.mark.parametrize("kind_id", sorted(REPAIRABLE))
+def test_an_empty_reply_is_repaired_or_refused_never_an_error(kind_id):
+    """Sampling can return an empty reply; a repair adds what its kind asks for, or gives None."""
+    params, _, _ = CASES[kind_id]
+    prompt = f"Describe the sea. {constraint(kind_id, **params).instruction}"
+    edited = repair(prompt, "")
+    assert edited is None or verify(prompt, edited)
+
+
 def test_a_prompt_with_two_constraints_is_followed_only_when_both_are_and_repaired_for_both():
     prompt = ("Write a poem about the sea. Wrap your entire response with double quotation marks. "
               "Finish your response with the exact word 'done'. No other words should follow it.")

@@ -184,6 +184,8 @@ def _bulleted(response: str, params: dict) -> str:
     parts = [m.group(0).strip() for m in _SENTENCE.finditer(response)]
     if len(parts) < params["n"]:
         parts = response.replace("*", " ").split()
+    if not parts:  # nothing to list: left as it is, so the repair fails rather than invent a reply
+        return response
     per = -(-len(parts) // params["n"])  # ceil: the last bullet takes the rest
     return "\n".join(f"* {' '.join(parts[i:i + per])}" for i in range(0, len(parts), per))
 
