@@ -13,7 +13,8 @@ a reply follows when it follows them all.
 
 A second train set, `ifeval_style` (the chat demo's `prompt_set`), is shaped like IFEval's prompts:
 a writing task ("Write a poem about the sea.") with one or two constraints, each in any of its
-wordings, "repeat the request" among them; the held-out prompts are the same for both sets.
+wordings, drawn among the kinds IFEval scores ("repeat the request", a title, a postscript... among
+them); the held-out prompts are the same for both sets.
 
 Where a kind overlaps one of IFEval's instruction types (`ifeval_id`), its verifier calls that
 checker from the `if-verifiable` library (the optional extra `prefdata[chat]`, imported only when a
@@ -239,11 +240,11 @@ class Kind:
     """A kind of constraint: its instruction template, the parameter values the generator draws
     from, the question shapes it suits, the IFEval instruction type it overlaps (or None), its
     check and, where a rule can edit any reply into one that follows, that repair. A str parameter
-    is written in single quotes in the template (any value parses) or bare (IFEval writes "P.P.S" so: only
-    its choices parse), an int bare. `wordings` are other phrasings of the
-    same instruction (the IFEval-style prompts draw among all of them; the demo's own prompts use
-    `template`). A kind `with_request` refers to the prompt before its instruction (IFEval's "repeat
-    the request"): its parameter "request"."""
+    is written in single quotes in the template (any value parses) or bare, as IFEval writes "P.P.S"
+    (only its choices parse); an int bare. `wordings` are other phrasings of the same instruction
+    (the IFEval-style prompts draw among all of them; the demo's own prompts use `template`). A kind
+    `with_request` refers to the prompt before its instruction (IFEval's "repeat the request"): its
+    parameter "request"."""
 
     id: str
     template: str
@@ -351,8 +352,9 @@ IFEVAL_STYLE_KINDS: tuple[Kind, ...] = (
          "include this sentence)", _repeats_request, (OPEN,), "combination:repeat_prompt", repair=_request_first,
          wordings=("Before you answer, repeat the request above word for word (not this sentence), then answer it.",),
          with_request=True),
-    # four of IFEval's formats the base model half follows and a DPO run without them loses (title 22 -> 16 of
-    # 37, highlighted sections 29 -> 18 of 48: bench/RESULTS.md, "IFEval-style prompts"); IFEval's phrasings
+    # four of IFEval's formats, in its phrasings: the base model follows them now and then (title 22 of 37,
+    # highlighted sections 20 of 48) and a DPO run on the kinds above lost some (16 and 18: bench/RESULTS.md,
+    # "IFEval-style prompts")
     Kind("title", "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>.",
          _titled, (OPEN,), "detectable_format:title", repair=_title_added,
          wordings=("Give your answer a title wrapped in double angular brackets, i.e. <<title>>.",)),
