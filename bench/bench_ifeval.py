@@ -67,7 +67,8 @@ def score(rows: list[dict], replies: list[str]) -> dict:
 
     # IFEval's case and language checkers ask langdetect, which samples: unseeded, a lowercased reply
     # is English in one run and not in the next (headroom figures moved by 0.006). Seeded, a prompt
-    # or two still moves with Python's hash seed (langdetect's n-gram order): PYTHONHASHSEED=0 fixes it.
+    # or two still moves with Python's hash seed (langdetect's n-gram order): PYTHONHASHSEED=0 narrows
+    # it, but the headroom figures still moved by up to 0.004 (two prompts) between runs on the same replies.
     DetectorFactory.seed = 0
     prompt_strict = prompt_loose = prompts_scored = 0
     inst_strict = inst_loose = inst_scored = unscorable = 0
@@ -126,9 +127,9 @@ def headroom_edit(instruction_id: str, reply: str, kwargs: dict) -> str:
 def followed(rows: list[dict], replies: list[str], types: set[str]) -> list[str]:
     """The replies edited to follow every instruction of `types` their prompt gives (headroom_edit),
     in the demo's repair order (case last, so nothing added after it escapes it)."""
-    from prefdata.world.instructions import REPAIR_ORDER
+    from prefdata.world.instructions import repair_rank
 
-    rank = lambda pair: REPAIR_ORDER.index(KIND_OF_TYPE[pair[0]][0]) if pair[0] in types else -1  # noqa: E731
+    rank = lambda pair: repair_rank(KIND_OF_TYPE[pair[0]][0]) if pair[0] in types else -1  # noqa: E731
     edited = []
     for row, reply in zip(rows, replies, strict=True):
         for instruction_id, kwargs in sorted(zip(row["instruction_id_list"], row["kwargs"], strict=True), key=rank):

@@ -198,16 +198,11 @@ def _title_added(response: str, params: dict) -> str:
 
 def _highlights_added(response: str, params: dict) -> str:
     """The reply with its first `n` sentences in *asterisks* (IFEval's highlighted sections)."""
-    left = [params["n"]]
-
     def wrap(found: re.Match) -> str:
-        if not left[0]:
-            return found.group(0)
-        left[0] -= 1
         text = found.group(0)
         return f"*{text.rstrip()}*{text[len(text.rstrip()):]}"
 
-    return _SENTENCE.sub(wrap, response)
+    return _SENTENCE.sub(wrap, response, count=params["n"])
 
 
 def _postscript_added(response: str, params: dict) -> str:
@@ -227,6 +222,11 @@ def _placeholders_added(response: str, params: dict) -> str:
 # repeated request) escapes them.
 REPAIR_ORDER = ("bullets", "highlights", "title", "placeholders", "postscript", "no_comma", "end_with", "end_phrase",
                 "double_quotes", "repeat_request", "lowercase", "capitals")
+
+
+def repair_rank(kind_id: str) -> int:
+    """Where a kind's repair runs among a prompt's (REPAIR_ORDER; any other kind first)."""
+    return REPAIR_ORDER.index(kind_id) if kind_id in REPAIR_ORDER else -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,9 +434,8 @@ def repair(prompt: str, completion: str) -> str | None:
     found = constraints_of(prompt)
     if all(c.follows(completion) for c in found):
         return None
-    rank = lambda c: REPAIR_ORDER.index(c.kind.id) if c.kind.id in REPAIR_ORDER else -1  # noqa: E731
     edited = completion
-    for c in sorted(found, key=rank):
+    for c in sorted(found, key=lambda c: repair_rank(c.kind.id)):
         if not c.follows(edited):
             if c.kind.repair is None:
                 return None
