@@ -18,12 +18,17 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # rule:bench.guard_fixtures:constant_reward loads from the repository
+# ... registered as a verifier by this script's own registry file (prefdata/base/registry.py).
+_REGISTRY = Path(tempfile.mkdtemp(prefix="guard-fixtures-")) / "registry.toml"
+_REGISTRY.write_text('[verifiers]\nconstant = "bench.guard_fixtures:constant_reward"\n')
+os.environ["PREFDATA_REGISTRY"] = str(_REGISTRY)
 OUT = REPO / "tests" / "fixtures" / "guards"
 EXAMPLES = REPO / "docs" / "examples"
 # What the guards read, plus the loss: the rest of a log (timings, clip ratios...) is left out.

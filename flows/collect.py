@@ -33,7 +33,7 @@ from prefect.concurrency.sync import concurrency
 
 from prefdata.base.errors import UnusableInput
 from prefdata.collect import collection
-from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing
+from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing, check_reach
 from prefdata.base.progress import Stage, chunk_name
 
 CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
@@ -206,7 +206,7 @@ def resolve_model(model: str) -> tuple[str, str | None]:
 @flow(name="sample-and-judge")
 def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, judge: Judge, engine: Engine) -> dict:
     """The fan-out: sampling chunks, then judging chunks, on the runner `engine` names."""
-    from prefdata.base.targets import load_target
+    from prefdata.base.registry import load
     from prefdata.collect.pairing import with_repair
     from prefdata.collect.sampling import SamplingParams, build_pairs
 
@@ -235,7 +235,7 @@ def sample_and_judge(prompts: list[str | list[dict[str, str]]], policy: Policy, 
         raise UnusableInput(f"the chunks were sampled with different renderings ({'; '.join(sorted(used))}): sample "
                             "again with engine.refresh_cache (--cache-dir: a fresh folder)")
     if policy.repair:
-        repair = load_target(policy.repair, "repair")
+        repair = load("repair", policy.repair, "policy.repair")
         groups = [with_repair(group, repair, policy.repair) for group in groups]
     comparisons = [row for group in groups for row in build_pairs(group[0].prompt, group, policy.pairs, seed=policy.seed)]
     logger.info("%d prompts -> %d candidates -> %d comparisons", len(groups), sum(map(len, groups)), len(comparisons))
@@ -403,7 +403,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
             judge: Judge = Judge(), routing: Routing = Routing(), humans: Humans = Humans(),
             engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None,
             parent: str | None = None) -> dict:
-    from prefect.runtime import flow_run
+    from prefect.runtime import deployment, flow_run
 
     from prefdata.gate.runner import read_text
     from prefdata.collect.judging import JudgeReport, PairToJudge
@@ -412,6 +412,9 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     from prefdata.data.store import check_name
 
     logger = get_run_logger()
+    if deployment.id:  # a run anyone with the API could create: only what the operator allowed
+        check_reach(prompts=prompts, policy=policy, judge=judge, humans=humans, engine=engine,
+                    guidelines=guidelines, store=store)
     check_name(name)
     guideline_text = read_text(Path(guidelines)) if guidelines else None
     prompt_list = load_prompts(prompts)

@@ -11,7 +11,7 @@ import re
 
 from prefect import flow, get_run_logger, task
 
-from prefdata.flows.params import Checks, TrainTrigger
+from prefdata.flows.params import Checks, TrainTrigger, check_reach
 
 
 def artifact_key(text: str) -> str:
@@ -56,6 +56,10 @@ def _artifacts(result: dict) -> None:
 def validate(dataset: str, checks: Checks = Checks(), store: str | None = None, dask: str | None = None) -> dict:
     """`dask`: run the checks that read every row on Dask, local:N or a scheduler's address (as
     `prefdata check --dask`); the workers must reach the store's files."""
+    from prefect.runtime import deployment
+
+    if deployment.id:  # a run anyone with the API could create: only what the operator allowed
+        check_reach(checks=checks, store=store, dask=dask)
     result = run_checklist(dataset, checks, store, dask)
     _artifacts(result)
     get_run_logger().info("%s: checklist %s (report %s)", result["dataset"],
@@ -88,6 +92,10 @@ def trigger_training(ref: str, trigger: TrainTrigger, store: str | None) -> str:
 @flow(name="publish", description="Validate a draft; mark it validated only when the gate passes; maybe train.")
 def publish(dataset: str, checks: Checks = Checks(), train: TrainTrigger | None = None,
             store: str | None = None) -> dict:
+    from prefect.runtime import deployment
+
+    if deployment.id:  # a run anyone with the API could create: only what the operator allowed
+        check_reach(checks=checks, train=train, store=store)
     logger = get_run_logger()
     result = publish_version(dataset, checks, store)
     if result["report_dir"] is None:

@@ -5,9 +5,9 @@ before any work starts, naming the field. No Prefect import here.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The defaults `prefdata collect` shares with the collect flow, chosen here for both: what the demo
 # world needs (a few short answers) and what a real model needs. tests/test_options.py holds every
@@ -21,9 +21,30 @@ WORLD_MAX_NEW_TOKENS = 6  # the same for the world's SFT model: its answers are 
 class _Params(BaseModel):
     # extra="forbid": a misspelt key in prefect.yaml or the UI is an error, not silently ignored.
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # What a field lets a run reach outside its process: "path" (a file it reads or writes), "address"
+    # (a server it sends data, and maybe a key, to), "env" (a variable it reads a key from), "spec" (a
+    # scorer spec, which may hold either). A deployment's run may name only what the operator allowed.
+    REACH: ClassVar[dict[str, str]] = {}
+
+
+def registered(kind: str, value: str | None, where: str, canonical: bool = True) -> str | None:
+    """A parameter that names Python names a registered entry (prefdata/base/registry.py), never a
+    module path: refused here, before the run does any work. `canonical`: the entry's module:function
+    in its place, so `world` and `prefdata.world:verify` are one judge to the cache and the lineage."""
+    if value is None:
+        return None
+    from prefdata.base.errors import UnusableInput
+    from prefdata.base.registry import resolve
+
+    try:
+        target = resolve(kind, value, where)
+    except UnusableInput as exc:
+        raise ValueError(str(exc)) from None
+    return target if canonical else value
 
 
 class Prompts(_Params):
+    REACH = {"source": "path"}  # what a run may name is checked by reach() below
     source: str = Field(WORLD, description='"world": fresh arithmetic prompts from the demo world (never an eval '
                                            'prompt); or a file: .txt (one prompt a line) or a table with a prompt column '
                                            '(text, or {role, content} messages as TRL\'s conversational format; or a '
@@ -53,6 +74,7 @@ def chat_as_word(data: Any) -> Any:
 
 
 class Policy(_Params):
+    REACH = {"base_url": "address", "api_key_env": "env"}
     model: str = Field(WORLD, description='"world" (the demo world\'s SFT model), a local checkpoint folder, or the '
                                           "model name a server knows (with base_url).")
     base_url: str | None = Field(None, description="An OpenAI-compatible server (vLLM, TGI, transformers serve) to "
@@ -81,12 +103,17 @@ class Policy(_Params):
                             "lineage and card.")
     system_prompt: str | None = Field(None, description="A system prompt put before every prompt (a system turn, or "
                                                         "the plain text's first paragraph); None: none.")
-    repair: str | None = Field(None, description="module:function (prompt, reply) -> the reply edited by a rule to "
-                                                 "follow the prompt, or None: each prompt gets one more candidate, the "
+    repair: str | None = Field(None, description="A registered repair rule (prompt, reply) -> the reply edited to "
+                                                 "follow the prompt (prefdata.base.registry), or None: each prompt gets one more candidate, the "
                                                  "first one the rule edits, edited (a case-only edit in place of its "
                                                  "source: ids fold case; prefdata.collect.pairing.with_repair"
-                                                 "; e.g. prefdata.world.instructions:repair). Its pairs come from two "
-                                                 "policies: the same_policy check reports them.")
+                                                 "; e.g. instructions). Its pairs come from two policies: the same_policy "
+                                                 "check reports them.")
+
+    @field_validator("repair")
+    @classmethod
+    def _repair(cls, value: str | None) -> str | None:
+        return registered("repair", value, "policy.repair")
 
     @model_validator(mode="before")
     @classmethod
@@ -104,11 +131,13 @@ class Policy(_Params):
 
 
 class Judge(_Params):
+    REACH = {"base_url": "address", "api_key_env": "env"}
     kind: Literal["verifier", "llm", "reward_model"] = Field(
         "verifier", description="verifier: an exact checker decides (the demo world's arithmetic); llm: a pairwise "
                                 "LLM judge, both orders, on an OpenAI-compatible server (base_url) or in process "
                                 "(no base_url: model is a local path); reward_model: a scoring model.")
-    verifier: str = Field("prefdata.world:verify", description="module:function (prompt, completion) -> bool | float.")
+    verifier: str = Field("prefdata.world:verify", description="A registered verifier (prompt, completion) -> bool | "
+                                                               "float, by name (world) or its module:function.")
     base_url: str | None = Field(None, description="llm: the judge server; None runs the model in this process.")
     model: str | None = Field(None, description="llm: the judge model's name (served) or path (in process); "
                                                 "reward_model: its folder.")
@@ -138,7 +167,7 @@ class Judge(_Params):
     @classmethod
     def _from_spec(cls, data: Any) -> Any:
         """A judge given as a spec string (prefdata.base.specs), the syntax of `collect --judge`:
-        judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:module:function" or "world"."""
+        judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:NAME" or "world"."""
         if not isinstance(data, str):
             return data
         from prefdata.base.specs import parse_spec
@@ -150,6 +179,11 @@ class Judge(_Params):
         if spec.kind == "rm":
             return {"kind": "reward_model", "model": spec.target}
         return {"kind": "verifier", "verifier": spec.target}
+
+    @field_validator("verifier")
+    @classmethod
+    def _verifier(cls, value: str) -> str:
+        return registered("verifier", value, "judge.verifier")
 
     @model_validator(mode="after")
     def _needs(self) -> "Judge":
@@ -191,10 +225,16 @@ class SimulatedAnnotators(_Params):
                                                           "one side is right.")
     seed: int = Field(0, description="Seed of every vote (hashed with the annotator and the pair: a vote never "
                                      "changes between runs).")
-    verifier: str = Field("prefdata.world:verify", description="module:function that tells them the truth.")
+    verifier: str = Field("prefdata.world:verify", description="A registered verifier that tells them the truth.")
+
+    @field_validator("verifier")
+    @classmethod
+    def _verifier(cls, value: str) -> str:
+        return registered("verifier", value, "humans.simulated.verifier")
 
 
 class Argilla(_Params):
+    REACH = {"url": "address"}
     url: str = Field(description="The Argilla server, e.g. http://127.0.0.1:6900.")
     dataset: str = Field(description="Argilla dataset name.")
     workspace: str = Field("prefdata", description="Argilla workspace the dataset lives in.")
@@ -208,6 +248,7 @@ class Argilla(_Params):
 
 
 class Humans(_Params):
+    REACH = {"queue_dir": "path"}
     queue_dir: str = Field(".prefdata/queues", description="Where the human queue is written (<name>.jsonl).")
     simulated: SimulatedAnnotators | None = Field(None, description="Answer the queue with simulated annotators.")
     argilla: Argilla | None = Field(None, description="Push the queue to Argilla and pull its votes.")
@@ -225,6 +266,7 @@ class Humans(_Params):
 
 
 class Engine(_Params):
+    REACH = {"address": "address", "cache_dir": "path"}
     runner: Literal["threads", "dask", "ray"] = Field(
         "threads", description="threads: this process; dask: sampling and judging fan out to Dask workers; ray: to a "
                                "Ray cluster (needs prefect-ray, not installed by default).")
@@ -244,6 +286,8 @@ class Engine(_Params):
 
 
 class Checks(_Params):
+    REACH = {"config": "path", "report_dir": "path", "eval_data": "path", "reference_prompts": "path",
+             "scorer": "spec"}
     # The checklist's options: `prefdata check`, `publish` and `filter` show these same defaults and
     # help texts (prefdata/commands/cli.py CheckOpts; tests/test_options.py holds them equal), and
     # the publishing functions take the same names (prefdata.gate.publishing.validate_version).
@@ -255,14 +299,37 @@ class Checks(_Params):
                                                      "(default: .prefdata/reports/NAME-VERSION).")
     scorer: str | None = Field(None, description="Independent scorer for label_direction: rm:PATH, lm:PATH, "
                                                  "llm:MODEL@URL or llm:PATH (an LLM judge, served or in process), "
-                                                 "rule:module:function, world or verdicts:FILE.")
+                                                 "rule:NAME, world or verdicts:FILE.")
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution: .txt (one "
                                                             "per line) or a table with a prompt column.")
 
+    @field_validator("scorer")
+    @classmethod
+    def _scorer(cls, value: str | None) -> str | None:
+        """A rule: scorer names a registered verifier (checked here, before the run starts)."""
+        if value is None:
+            return None
+        from prefdata.base.errors import UnusableInput
+        from prefdata.base.specs import KINDS, parse_spec
+
+        try:
+            spec = parse_spec(value, KINDS, "checks.scorer", notice=lambda _: None)
+        except UnusableInput as exc:
+            raise ValueError(str(exc)) from None
+        if spec.kind == "rule":
+            registered("verifier", spec.target, "checks.scorer rule")
+        return value
+
 
 class Training(_Params):
-    method: str = Field("dpo", description="A trainer plugin (prefdata.trainers).")
+    REACH = {"config": "path", "output_dir": "path"}
+    method: str = Field("dpo", description="A registered trainer plugin (prefdata.trainers).")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        return registered("trainer", value, "training.method", canonical=False)
     config: dict | str | None = Field(None, description="The trainer's config: a mapping or a YAML path.")
     base_model: str | None = Field(None, description='The model to train; "world" for the demo world\'s SFT model; '
                                                      "None: the trainer's default.")
@@ -285,3 +352,58 @@ class TrainTrigger(Training):
 
     def training(self) -> Training:
         return Training(**self.model_dump(include=set(Training.model_fields)))
+
+
+# Values of a "path" field that name no file: the world, a shipped preset, a store ref.
+NOT_A_PATH = ("world", "small-data")
+# Keys of a trainer's config mapping that name files (the trainers' config dataclasses).
+CONFIG_PATHS = ("output_dir", "general_sft", "eval_sft")
+
+
+def _is_ref(value: str) -> bool:
+    name, at, version = value.partition("@")
+    return bool(at) and "/" not in value and bool(name)
+
+
+def reach(value: Any, where: str) -> Iterator[tuple[str, str, str]]:
+    """(kind, value, where) for every path, address and environment variable a parameter names, nested
+    models and a trainer's config mapping included (kind as in REACH)."""
+    if isinstance(value, _Params):
+        for name in type(value).model_fields:
+            field, kind = getattr(value, name), type(value).REACH.get(name)
+            if kind and field is not None and not isinstance(field, dict):
+                yield from _reach_one(kind, str(field), f"{where}.{name}")
+            elif isinstance(field, dict) and name == "config":
+                yield from (("path", str(field[k]), f"{where}.config.{k}") for k in CONFIG_PATHS if field.get(k))
+            else:
+                yield from reach(field, f"{where}.{name}")
+
+
+def _reach_one(kind: str, value: str, where: str) -> Iterator[tuple[str, str, str]]:
+    if kind == "path" and (value in NOT_A_PATH or _is_ref(value)):
+        return
+    if kind != "spec":
+        yield kind, value, where
+        return
+    from prefdata.base.specs import KINDS, parse_spec
+
+    spec = parse_spec(value, KINDS, where)
+    if spec.base_url:
+        yield "address", spec.base_url, where
+    elif spec.kind in ("verdicts", "rm", "lm", "llm"):
+        yield "path", spec.target, where
+
+
+def check_reach(**parameters: Any) -> None:
+    """Refuse (UnusableInput, one line) a deployment run's parameter that reaches a path, server or
+    environment variable the operator did not allow (prefdata/base/registry.py). `store`, `guidelines`
+    and `dask` are the flows' plain parameters."""
+    from prefdata.base import registry
+
+    plain = {"store": "path", "guidelines": "path", "dask": "address"}
+    for name, value in parameters.items():
+        found = reach(value, name) if isinstance(value, _Params) else (
+            _reach_one(plain[name], str(value), name) if value is not None and name in plain else ())
+        for kind, text, where in found:
+            {"path": registry.check_path, "address": registry.check_address, "env": registry.check_env_name}[kind](
+                text, where)

@@ -11,7 +11,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from prefdata.flows.gate import artifact_key
-from prefdata.flows.params import Training
+from prefdata.flows.params import Training, check_reach
 
 
 @task(name="train-model")
@@ -30,10 +30,13 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
 @flow(name="train", description="Train a model with a trainer plugin on a validated dataset version.")
 def train(dataset: str, training: Training = Training(), store: str | None = None) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect.runtime import deployment
 
     from prefdata.base.errors import GateFailed
     from prefdata.data.store import Store
 
+    if deployment.id:  # a run anyone with the API could create: only what the operator allowed
+        check_reach(training=training, store=store)
     st = Store(store)
     v = st.get(dataset)
     if v.status != "validated":

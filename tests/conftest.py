@@ -160,3 +160,19 @@ def local_argilla(workdir: Path):
             pytest.fail(f"CI must build argilla-server: {exc}")
         pytest.skip(f"argilla-server cannot be built here ({exc})")
     return server
+
+
+@pytest.fixture
+def register(tmp_path, monkeypatch):
+    """register(verifiers={"name": "module:function"}, allow={"paths": [...]}, ...): an operator's
+    registry file (prefdata/base/registry.py) for this test, named by PREFDATA_REGISTRY in this process
+    and in every subprocess it starts. Returns the file's path."""
+    def write(**tables: dict) -> Path:
+        def value(v):
+            return "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"'
+        path = tmp_path / "registry.toml"
+        path.write_text("".join(f"[{table}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in entries.items())
+                                for table, entries in tables.items()))
+        monkeypatch.setenv("PREFDATA_REGISTRY", str(path))
+        return path
+    return write

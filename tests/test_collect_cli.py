@@ -26,9 +26,10 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture()
-def rule_module(tmp_path, monkeypatch) -> str:
+def rule_module(tmp_path, monkeypatch, register) -> str:
     (tmp_path / "collect_rules.py").write_text(RULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    register(verifiers={"checksum": "collect_rules:checksum"})  # the operator's allow-list (prefdata/base/registry.py)
     return "collect_rules:checksum"
 
 
@@ -157,7 +158,7 @@ def test_live_bars_draw_each_stage_on_a_terminal():
 @pytest.mark.parametrize("change, message", [
     ({"--judge": "nope"}, "--judge 'nope': use llm:MODEL@http://HOST:PORT/v1 or llm:PATH"),
     ({"--judge": "lm:/some/model"}, "--judge 'lm:/some/model': use llm:"),  # a scorer's kind, not a judge's
-    ({"--judge": "rule:no_such_module:f"}, "cannot import it"),
+    ({"--judge": "rule:no_such_module:f"}, "--judge 'no_such_module:f' is not a registered verifier"),
     ({"--judge": "llm:judge@ftp://host"}, "a served judge is llm:MODEL@http://"),
     ({"--judge": "llm:judge@http://127.0.0.1:8000/v1:no-such-template-v9"}, "judge template 'no-such-template-v9'"),
     ({"--judge": "rm:/no/such/folder"}, "is not a reward-model folder"),
@@ -213,7 +214,7 @@ def test_a_local_judge_runs_in_process_and_a_weak_one_says_so(prefect_api, tiny_
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["judge"]["n"] == 2 and run["judge"]["decided"] == 0 and run["judge"]["unparseable"] == 2
     assert "judge: a weak judge here (2 pairs got replies naming no response" in out
-    assert "use a verifier (rule:module:function) or a larger served model" in out.lower()
+    assert "use a verifier (rule:name) or a larger served model" in out.lower()
     judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
     assert judge == {"kind": "llm", "model": str(tiny_llama.resolve()), "template": "pairwise-v1", "max_tokens": 4}
 

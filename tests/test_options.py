@@ -136,13 +136,13 @@ def test_every_shared_option_has_its_counterparts_default():
 def test_train_options_have_every_methods_config_default():
     """`train`'s options against each built-in method's config dataclass (TRL's fields and prefdata's):
     base_model, output_dir, chat and system_prompt today. Loads TRL, hence a test of its own."""
-    from prefdata.trainers import BUILTINS, load
+    from prefdata.trainers import load, methods
 
-    configs = {f"{m} config": {f.name: f.default for f in dataclasses.fields(load(m).config_class)} for m in BUILTINS}
+    configs = {f"{m} config": {f.name: f.default for f in dataclasses.fields(load(m).config_class)} for m in methods()}
     compared, problems, _ = compare("train", configs)
     # --chat is None (the config's chat) so that a config's `chat: false` is not overridden by a default
-    assert problems == [f"train --chat: default None, {m} config.chat: 'auto'" for m in BUILTINS], "\n".join(problems)
-    assert compared >= 2 * len(BUILTINS)
+    assert problems == [f"train --chat: default None, {m} config.chat: 'auto'" for m in methods()], "\n".join(problems)
+    assert compared >= 2 * len(methods())
 
 
 def test_the_checklist_options_have_checks_help():

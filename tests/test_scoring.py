@@ -57,7 +57,7 @@ def test_bad_scorer_specs():
         parse_spec("llm:judge@ftp://host")
     with pytest.raises(UnusableInput, match="not a model folder .* or .gguf file"):
         check_spec("llm:./no/such/judge")
-    with pytest.raises(UnusableInput, match="cannot import it"):
+    with pytest.raises(UnusableInput, match="--scorer rule 'no_such_module:verify' is not a registered verifier"):
         check_spec("rule:no_such_module:verify")
 
 
@@ -72,15 +72,17 @@ def test_one_spec_syntax_with_collect_and_the_old_spelling_still_read():
         "llm", "big-judge", "http://127.0.0.1:8001/v1", None)
     assert notes == ["--scorer 'judge:big-judge@http://127.0.0.1:8001/v1': 'judge:' is now 'llm:', as everywhere a "
                      "judge is named (the old spelling still works)"]
-    assert parse_spec("world") == Spec("rule", "prefdata.world:verify")
+    assert parse_spec("world") == Spec("rule", "world")  # a registered name (prefdata/base/registry.py)
     assert judge_params("world") == {"kind": "verifier", "verifier": "prefdata.world:verify"}
     assert judge_params("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2")["template"] == \
         parse_spec("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2").template
 
 
-def test_a_verifier_and_an_in_process_judge_score_label_direction(tmp_path, monkeypatch, tiny_llama):
+def test_a_verifier_and_an_in_process_judge_score_label_direction(tmp_path, monkeypatch, tiny_llama, register):
     (tmp_path / "my_rules.py").write_text("def is_42(prompt, completion):\n    return completion == '42'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    register(verifiers={"is_42": "my_rules:is_42"})
+    assert verdicts_for("rule:is_42", PAIRS)["preferred"].to_list() == ["chosen", "chosen", "tie"]  # by its name
     verdicts = verdicts_for("rule:my_rules:is_42", PAIRS)
     assert verdicts["preferred"].to_list() == ["chosen", "chosen", "tie"]  # 42 over 41 and 24; neither is 42
     # A random tiny model as an in-process judge: every pair undecided, none guessed

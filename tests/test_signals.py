@@ -38,11 +38,12 @@ def collect_until_judging(tmp_path: Path, prefect_home: Path) -> tuple[subproces
     shell runs a job), up to its judge stage; with the processes it started by then."""
     (tmp_path / "slow_rules.py").write_text(SLOW_RULE)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PYTHONPATH=str(tmp_path), PREFECT_HOME=str(prefect_home))
+    (tmp_path / "registry.toml").write_text('[verifiers]\nslow = "slow_rules:slow"\n')  # prefdata/base/registry.py
+    env.update(PYTHONPATH=str(tmp_path), PREFECT_HOME=str(prefect_home), PREFDATA_REGISTRY=str(tmp_path / "registry.toml"))
     err = tmp_path / "stderr.txt"
     process = subprocess.Popen(
         [sys.executable, "-m", "prefdata", "collect", "--prompts", "world", "--n", "4", "--policy", "world",
-         "--judge", "rule:slow_rules:slow", "--name", "stopped", "--store", str(tmp_path / "store"),
+         "--judge", "rule:slow", "--name", "stopped", "--store", str(tmp_path / "store"),
          "--cache-dir", str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "queues")],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True)
     deadline = time.monotonic() + 240

@@ -342,7 +342,7 @@ def verify(prompt, completion):
 '''
 
 
-def test_grpo_and_ppo_generate_from_rendered_prompts_and_reward_the_original(tiny_llama, tmp_path, monkeypatch):
+def test_grpo_and_ppo_generate_from_rendered_prompts_and_reward_the_original(tiny_llama, tmp_path, monkeypatch, register):
     import importlib
 
     import prefdata.trainers.grpo as grpo
@@ -351,6 +351,7 @@ def test_grpo_and_ppo_generate_from_rendered_prompts_and_reward_the_original(tin
 
     (tmp_path / "rendering_probe.py").write_text(VERIFIER)
     monkeypatch.syspath_prepend(str(tmp_path))
+    register(verifiers={"probe": "rendering_probe:verify"})
     probe = importlib.import_module("rendering_probe")
     tok = tokenizer_of(tiny_llama)
     rendering = expected_rendering(tiny_llama)

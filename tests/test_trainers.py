@@ -730,23 +730,32 @@ def test_readme_training_block_runs_as_written_after_the_demo(tmp_path):
         assert card["method"] == method and card["metrics"]["steps"] > 0
 
 
-def test_trainer_specs_load_through_the_one_target_loader(monkeypatch):
-    """rule rewards, evaluators and plugins load through prefdata.base.targets: one line that says what was
-    looked for; PPO scores a reward-model folder with the one shared scorer."""
+def test_trainer_specs_load_through_the_registry_and_the_one_target_loader(register):
+    """rule rewards, evaluators and plugins resolve through the registry (prefdata/base/registry.py: a
+    config names a registered entry, never an arbitrary module) and load through prefdata.base.targets:
+    one line that says what was looked for; PPO scores a reward-model folder with the one shared scorer."""
     import prefdata.models.reward
-    import prefdata.trainers as registry
+    import prefdata.trainers as trainers
     from prefdata.trainers.evaluation import load_evaluator
     from prefdata.trainers.rewards import rule_reward
     from prefdata.trainers.ppo import RewardModelScorer
 
-    with pytest.raises(UnusableInput, match=r"rewards: rule 'prefdata.world:no_such' cannot be loaded: .*looked for"):
-        rule_reward("prefdata.world:no_such")
     assert rule_reward("prefdata.world:verify").__name__ == "rule_verify"
+    assert rule_reward("world").__name__ == "rule_verify"  # the same entry by its name
+    with pytest.raises(UnusableInput, match=r"rewards: rule 'timeit:timeit' is not a registered verifier .*use one of "
+                                            r"instructions, world"):
+        rule_reward("timeit:timeit")
+    with pytest.raises(UnusableInput, match=r"evaluator 'os:system' is not a registered evaluator"):
+        load_evaluator("os:system")
+    register(verifiers={"gone": "prefdata.world:no_such"}, evaluators={"nomod": "no_such_module:f"},
+             trainers={"gone": "prefdata.world:no_plugin"})
+    with pytest.raises(UnusableInput, match=r"rewards: rule 'prefdata.world:no_such' cannot be loaded: .*looked for"):
+        rule_reward("gone")
     with pytest.raises(UnusableInput, match=r"evaluator 'no_such_module:f' cannot be loaded: cannot import .*looked for"):
-        load_evaluator("no_such_module:f")
-    monkeypatch.setattr(registry, "BUILTINS", {**registry.BUILTINS, "gone": "prefdata.world:no_plugin"})
-    with pytest.raises(UnusableInput, match=r"trainer gone 'prefdata.world:no_plugin' cannot be loaded: .*looked for"):
-        registry.load("gone")
+        load_evaluator("nomod")
+    assert "gone" in trainers.methods()
+    with pytest.raises(UnusableInput, match=r"training method 'prefdata.world:no_plugin' cannot be loaded: .*looked for"):
+        trainers.load("gone")
     assert RewardModelScorer is prefdata.models.reward.RewardModelScorer
 
 

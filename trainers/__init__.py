@@ -5,8 +5,9 @@
 
 Built-ins: rm (TRL RewardTrainer), dpo (TRL DPOTrainer), grpo (TRL GRPOTrainer), ppo (our own, on
 transformers + PEFT), and sft (TRL SFTTrainer on the chosen answers: the control a preference method
-must beat). Another package adds a method through the entry-point group
-`prefdata.trainers`, naming a module attribute that is a `Plugin`:
+must beat). The built-ins are prefdata's own entry points (pyproject.toml); another package
+adds a method through the entry-point group `prefdata.trainers`, naming a module attribute that is a
+`Plugin` (or an operator, under [trainers] in the file PREFDATA_REGISTRY names; prefdata/base/registry.py):
 
     [project.entry-points."prefdata.trainers"]
     kto = "my_package.kto:plugin"
@@ -40,16 +41,6 @@ from typing import Any, Callable
 
 from prefdata.base.errors import UnusableInput
 
-BUILTINS = {
-    "rm": "prefdata.trainers.rm:plugin",
-    "dpo": "prefdata.trainers.dpo:plugin",
-    "grpo": "prefdata.trainers.grpo:plugin",
-    "ppo": "prefdata.trainers.ppo:plugin",
-    "sft": "prefdata.trainers.sft:plugin",  # the control: continued SFT on the chosen answers
-}
-ENTRY_POINT_GROUP = "prefdata.trainers"
-
-
 @dataclass
 class TrainResult:
     """What `train` returns: the trained model's folder, its card, and the run's figures."""
@@ -74,13 +65,12 @@ class Plugin:
 
 
 def targets() -> dict[str, str]:
-    """method -> "module:attribute", built-ins first; an entry point may not shadow a built-in."""
-    from importlib.metadata import entry_points
+    """method -> "module:attribute": the registry's trainers (prefdata/base/registry.py: prefdata's own
+    first, then other packages' entry points in `prefdata.trainers` and the operator's registry file;
+    none may shadow a built-in)."""
+    from prefdata.base.registry import entries
 
-    found = dict(BUILTINS)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found
+    return {name: entry.target for name, entry in entries("trainer").items()}
 
 
 def methods() -> list[str]:
@@ -88,14 +78,11 @@ def methods() -> list[str]:
 
 
 def load(method: str) -> Plugin:
-    known = targets()
-    if method not in known:
-        raise UnusableInput(f"unknown training method {method!r}: use one of {', '.join(sorted(known))}")
-    from prefdata.base.targets import load_target
+    from prefdata.base.registry import load as load_registered
 
-    plugin = load_target(known[method], what=f"trainer {method}", require_callable=False)
+    plugin = load_registered("trainer", method, f"training method")
     if not isinstance(plugin, Plugin):
-        raise UnusableInput(f"{known[method]} is not a prefdata.trainers.Plugin")
+        raise UnusableInput(f"training method {method!r} ({targets()[method]}) is not a prefdata.trainers.Plugin")
     return plugin
 
 

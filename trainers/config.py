@@ -25,7 +25,7 @@ class MixConfig:
     sft_ratio: float = field(default=DEFAULT_SFT_RATIO, metadata={"help": "SFT examples per preference example in each step; 0 turns mixing off."})
     sft_weight: float = field(default=1.0, metadata={"help": "Weight of the mixed-in next-token loss (the ptx term)."})
     eval_sft: str | None = field(default=None, metadata={"help": "JSONL/Parquet with prompt, completion held out from training: its loss before and after is the alignment tax."})
-    evaluator: str | None = field(default=None, metadata={"help": "'module:function' taking a model folder and returning {metric: value}, run before and after (e.g. prefdata.world:evaluate)."})
+    evaluator: str | None = field(default=None, metadata={"help": "A registered evaluator (prefdata.base.registry) taking a model folder and returning {metric: value}, run before and after (e.g. world)."})
     evaluator_kwargs: dict | None = field(default=None, metadata={"help": "Keyword arguments for the evaluator (e.g. {world: .prefdata/world/KEY})."})
     use_lora: bool = field(default=True, metadata={"help": "Train LoRA adapters (PEFT); the reference policy is the base with adapters disabled."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})

@@ -21,9 +21,9 @@ from prefdata.trainers.rendering import render_sft
 def load_evaluator(spec: str | None) -> Callable[[Path], dict[str, float]] | None:
     if not spec:
         return None
-    from prefdata.base.targets import load_target
+    from prefdata.base.registry import load
 
-    return load_target(spec, what="evaluator")
+    return load("evaluator", spec, "evaluator")
 
 
 def sft_loss(model, tokenizer, examples: list[tuple[str, str]]) -> float:

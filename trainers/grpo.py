@@ -40,7 +40,7 @@ from prefdata.trainers.run import Timer, train_and_measure
 class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
     """TRL's GRPOConfig plus prefdata's rewards, mixing, LoRA and evaluation fields."""
 
-    rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources: 'rule:module:function' and/or 'rm:PATH'; weighted by reward_weights."})
+    rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources: 'rule:NAME' and/or 'rm:PATH'; weighted by reward_weights."})
     # Measured on the demo's validated version (bench/RESULTS.md, "GRPO defaults"): 2e-3 x 60 steps
     # reached 0.59 -> 0.72 task accuracy; 2e-3 x 150 ran its KL away (the KLAbove guard at step 94);
     # 1e-3 x 150 reaches 0.81 with no guard firing, in under two minutes on 2 cores.

@@ -179,7 +179,7 @@ class FlatAdvantages:
 
 def hackable(rewards: Sequence[str] | None) -> bool:
     """Whether a policy could game the rewards: a learned reward (rm:PATH) can be, a rule verifier
-    (rule:module:function) cannot. Unknown rewards (None) count as hackable."""
+    (rule:NAME) cannot. Unknown rewards (None) count as hackable."""
     return rewards is None or any(not str(r).startswith("rule:") for r in rewards)
 
 

@@ -307,7 +307,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
     between policy, value and reference, so `use_lora: false` is refused; `sft_weight` is unused
     here: the ptx weight is `ptx_coef`."""
 
-    rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:module:function' or 'rm:PATH'."})
+    rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:NAME' or 'rm:PATH'."})
     report_to: Any = field(default="tensorboard", metadata={"help": "tensorboard (the default: each step's figures under OUTPUT_DIR/runs) or none."})
     output_dir: str | None = field(default=None, metadata={"help": "Where the model goes (set by `prefdata train`)."})
     min_rm_accuracy: float | None = field(default=DEFAULT_MIN_RM_ACCURACY, metadata={"help": MIN_RM_ACCURACY_HELP})
@@ -337,7 +337,7 @@ def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tupl
     elif kind == "rm" and Path(target).exists():
         reward = target
     else:
-        raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:module:function or rm:PATH (an existing folder)")
+        raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:NAME or rm:PATH (an existing folder)")
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
     data = as_rendered(cfg, data, "ppo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)

@@ -1,4 +1,4 @@
-"""The rewards grpo and ppo take (`rewards: [rule:module:function, rm:DIR]`): a rule verifier as a TRL
+"""The rewards grpo and ppo take (`rewards: [rule:NAME, rm:DIR]`): a rule verifier as a TRL
 reward function, and the reward-model gate that refuses an `rm:DIR` whose card records too low a
 held-out accuracy.
 
@@ -20,13 +20,14 @@ RAW_PROMPT = "raw_prompt"  # GRPO's dataset column: the original prompt of each 
 
 
 def rule_reward(spec: str) -> Callable:
-    """A TRL reward function from 'module:function', a verifier (prompt, completion) -> bool | float.
+    """A TRL reward function from a registered verifier (prompt, completion) -> bool | float: its name or
+    its own 'module:function' (prefdata/base/registry.py).
     It scores the original prompts: TRL's `raw_prompt` keyword (GRPO's dataset column) when given,
     else `prompts` as they come (PPO hands it the original prompts)."""
-    from prefdata.base.targets import load_target
+    from prefdata.base.registry import load, resolve
 
-    verifier = load_target(spec, what="rewards: rule")
-    name = spec.partition(":")[2]
+    verifier = load("verifier", spec, "rewards: rule")
+    name = resolve("verifier", spec, "rewards: rule").partition(":")[2]
 
     def reward(prompts, completions, completion_ids=None, **kwargs):
         originals = kwargs.get(RAW_PROMPT) or prompts

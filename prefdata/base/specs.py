@@ -5,14 +5,15 @@
     llm:PATH[:TEMPLATE-vN]        the same judge run in this process (a model folder or .gguf file)
     rm:PATH                       a reward model (sequence classification, one output)
     lm:PATH                       a causal LM's own log-probabilities (the policy)       scorers only
-    rule:module:function          a verifier (prompt, completion) -> bool | float
+    rule:NAME                     a registered verifier (prompt, completion) -> bool | float; NAME
+                                  or its own module:function (prefdata/base/registry.py)
     verdicts:FILE                 verdicts a judge already made                          scorers only
-    world                         the demo world's verifier, rule:prefdata.world:verify
+    world                         the demo world's verifier, rule:world
 
 A template name is NAME-vN and starts with a letter, so `:TEMPLATE-vN` never reads as a port.
 Older spellings are still read, each with a one-line notice naming the new one (`judge:MODEL@URL`,
 check --scorer's spelling before the two commands shared this syntax). Parsing only: whether a path
-holds a model or a module has the function is checked by the commands that load them.
+holds a model or a verifier is registered is checked by the commands that load them.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from typing import Callable
 from prefdata.base.errors import UnusableInput
 
 WORLD = "world"
-WORLD_VERIFIER = "prefdata.world:verify"
 KINDS = ("llm", "rm", "lm", "rule", "verdicts")
 RENAMED = {"judge": "llm"}  # old kind -> its name now
 USAGE = {
     "llm": "llm:MODEL@http://HOST:PORT/v1 or llm:PATH, optionally :TEMPLATE-vN",
-    "rm": "rm:PATH", "lm": "lm:PATH", "rule": "rule:module:function", "verdicts": "verdicts:FILE",
+    "rm": "rm:PATH", "lm": "lm:PATH", "rule": "rule:NAME", "verdicts": "verdicts:FILE",
 }
 _TEMPLATE = r"(?::(?P<template>[A-Za-z][\w.-]*-v\d+))?"
 _SERVED = re.compile(r"^(?P<model>.+)@(?P<url>https?://.+?)" + _TEMPLATE + "$")
@@ -57,7 +57,7 @@ def parse_spec(spec: str, allowed: tuple[str, ...], option: str,
     says an old spelling's new name (default: one line on stderr)."""
     usage = "; ".join(USAGE[k] for k in allowed) + (f"; or {WORLD}" if "rule" in allowed else "")
     if spec == WORLD and "rule" in allowed:
-        return Spec("rule", WORLD_VERIFIER)
+        return Spec("rule", WORLD)
     kind, sep, target = spec.partition(":")
     if kind in RENAMED:
         (notice or _stderr_notice)(f"{option} {spec!r}: '{kind}:' is now '{RENAMED[kind]}:', as everywhere a judge is named "

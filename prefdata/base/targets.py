@@ -1,4 +1,7 @@
-"""The one loader for every "module:function" spec (a rule verifier, an evaluator, a trainer plugin).
+"""The one loader for every "module:function" target (a rule verifier, an evaluator, a trainer plugin).
+
+Called only by prefdata.base.registry, after it has checked that the target is registered: a spec, a
+config or a run parameter never reaches this loader with a module path of its own choosing.
 
 The module is imported only when the spec is loaded, so naming a heavy backend costs nothing until
 it is used (lm-evaluation-harness's lazy targets). Every way it can fail is one line, UnusableInput
@@ -16,7 +19,7 @@ from prefdata.base.errors import UnusableInput
 
 def _fail(what: str, spec: str, problem: str, looked: list[str]) -> UnusableInput:
     return UnusableInput(f"{what} {spec!r} cannot be loaded: {problem}; looked for {', then '.join(looked)}; "
-                         f"give module:function (e.g. prefdata.world:verify)")
+                         f"fix the registry entry that names it (prefdata/base/registry.py), which gives module:function")
 
 
 def load_target(spec: str, what: str = "target", require_callable: bool = True) -> Any:

@@ -97,11 +97,11 @@ def chunk_seed(seed: int, prompts: Iterable[str]) -> int:
 
 
 def import_target(spec: str) -> Callable:
-    """'package.module:function' -> the function (a rule verifier); one line naming what was looked
-    for when it is not there (prefdata/base/targets.py, the one loader)."""
-    from prefdata.base.targets import load_target
+    """A registered verifier's name (or its own module:function) -> the function; one line naming the
+    registered ones otherwise (prefdata/base/registry.py: a spec never names arbitrary code)."""
+    from prefdata.base.registry import load
 
-    return load_target(spec, what="verifier")
+    return load("verifier", spec, "verifier")
 
 
 def label(routed: list[dict], comparisons: list[dict], votes: list[dict], aggregate: str = "majority") -> list[dict]:

@@ -225,7 +225,7 @@ class LocalChat:
             self.rendering = resolve(self.tokenizer, "true", replies=False)
         except ValueError:
             raise UnusableInput(f"judge model {model_path}: its tokenizer has no chat template; an LLM judge "
-                                "needs a chat (instruct) model, or use a verifier (rule:module:function)") from None
+                                "needs a chat (instruct) model, or use a verifier (rule:NAME)") from None
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = load_causal_lm(model_path).eval()

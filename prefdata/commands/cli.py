@@ -240,7 +240,7 @@ CheckOpts = {
     "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here "
                                     "(default: .prefdata/reports/NAME-VERSION)."),
     "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, llm:MODEL@URL or llm:PATH "
-                                "(an LLM judge, served or in process), rule:module:function, world or verdicts:FILE."),
+                                "(an LLM judge, served or in process), rule:NAME, world or verdicts:FILE."),
     "reference_prompts": typer.Option(help="Production prompts for prompt_distribution: .txt (one per line) or a "
                                            "table with a prompt column."),
     "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),

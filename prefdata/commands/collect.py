@@ -49,10 +49,12 @@ def judge_params(spec: str, option: str = "--judge") -> dict[str, Any]:
         if not Path(parsed.target).is_dir():
             raise UnusableInput(f"{option} {spec!r}: {parsed.target} is not a reward-model folder")
         return {"kind": "reward_model", "model": str(Path(parsed.target).resolve())}
+    from prefdata.base.registry import resolve
     from prefdata.collect.collection import import_target
 
-    import_target(parsed.target)  # the loader the flow uses: fail here, before anything is sampled
-    return {"kind": "verifier", "verifier": parsed.target}
+    target = resolve("verifier", parsed.target, option)  # a registered name -> its module:function
+    import_target(target)  # the loader the flow uses: fail here, before anything is sampled
+    return {"kind": "verifier", "verifier": target}
 
 
 def policy_params(policy: str, model: str | None) -> dict[str, Any]:
@@ -104,10 +106,10 @@ def collect_command(
     policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
                                              "(the demo world's SFT model).")],
     judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
-                                            "rm:PATH, rule:module:function, or world (the demo world's verifier).")],
+                                            "rm:PATH, rule:NAME, or world (the demo world's verifier).")],
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
     then_judge: Annotated[Optional[str], typer.Option(help="A second judge, same syntax, for the pairs --judge leaves "
-                                                           "undecided (e.g. --judge rule:module:function --then-judge "
+                                                           "undecided (e.g. --judge rule:NAME --then-judge "
                                                            "llm:PATH); what it leaves goes to humans.")] = None,
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
                                              "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
@@ -235,7 +237,7 @@ def collect_command(
         if stage["judge"]["kind"] == "llm" and stage["pairs"] and stage["decided"] < WEAK_JUDGE_SHARE * stage["pairs"]:
             say(f"judge: a weak judge here ({stage['unparseable']} pairs got replies naming no response as the "
                 "template asks): a small model answers the question instead of judging; the undecided pairs go "
-                "to humans. Use a verifier (rule:module:function) or a larger served model")
+                "to humans. Use a verifier (rule:NAME) or a larger served model")
     say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
     say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
     say(f"draft: {result['version']}")

@@ -8,6 +8,7 @@ Only typer at import time: `prefdata --help` must not load Prefect.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -66,4 +67,8 @@ def run(
     print(f"{deployment}: flow run {flow_run.name} ({flow_run.id}): {flow_run.state.name if flow_run.state else 'scheduled'}")
     if not wait:
         return 0
-    return 0 if flow_run.state is not None and flow_run.state.is_completed() else 1
+    if flow_run.state is not None and flow_run.state.is_completed():
+        return 0
+    if flow_run.state is not None and flow_run.state.message:  # the flow's own reason, where the user is
+        print(f"{deployment}: {flow_run.state.message}", file=sys.stderr)
+    return 1

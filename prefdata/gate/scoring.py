@@ -49,9 +49,9 @@ def check_spec(spec: str) -> Spec:
     if parsed.kind == "verdicts" and not path.is_file():
         raise UnusableInput(f"--scorer {spec}: no verdicts file {target}")
     if parsed.kind == "rule":
-        from prefdata.base.targets import load_target
+        from prefdata.base.registry import load
 
-        load_target(target, "--scorer verifier")
+        load("verifier", target, "--scorer rule")
     local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1 or is_gguf(target)
     is_model = (path / "config.json").is_file() or (is_gguf(target) and path.is_file())
     if parsed.kind in ("rm", "lm") or (parsed.kind == "llm" and parsed.base_url is None):
@@ -147,9 +147,9 @@ def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed
 
 def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
     """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie."""
-    from prefdata.base.targets import load_target
+    from prefdata.base.registry import load
 
-    verify = load_target(target, "--scorer verifier")
+    verify = load("verifier", target, "--scorer rule")
     sample = _sample(pairs, sample_size, seed)
     prompts = sample["prompt"].to_list()
     chosen = [float(verify(p, c)) for p, c in zip(prompts, sample["chosen"].to_list())]
