@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from prefdata.base.errors import UnusableInput
+from prefdata.base.files import read_side_file
+from prefdata.base.yamlkeys import load_yaml
 from prefdata.checks.base import CHECKLIST, CheckResult
 from prefdata.checks.registry import CHECKS, CheckInputs
 
@@ -39,20 +41,25 @@ def default_config() -> dict[str, Any]:
 PRESETS = ("small-data",)
 
 
-def load_config(path: str | Path | None = None) -> dict[str, Any]:
-    """The default checklist with a user's YAML laid over it (a file, or a shipped preset's name);
-    unknown checks or parameters are errors."""
+def load_config(path: str | Path | None = None, recorded: dict[str, Any] | None = None,
+                where: str = "the recorded checklist") -> dict[str, Any]:
+    """The default checklist with a user's YAML laid over it (a file, or a shipped preset's name), or
+    with `recorded` (the whole config a version was validated with, as its report keeps it) laid over
+    it, checked the same way; unknown checks or parameters are errors."""
     config = default_config()
-    if path is None:
+    if recorded is not None:
+        path, user = where, recorded
+    elif path is None:
         return config
-    try:
-        if str(path) in PRESETS and not Path(path).exists():
-            text = resources.files("prefdata.checks").joinpath(f"{path}.yaml").read_text()
-        else:
-            text = Path(path).read_text()
-        user = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UnusableInput(f"{path}: cannot read the checklist config ({exc})".replace("\n", " ")) from None
+    else:
+        try:
+            if str(path) in PRESETS and not Path(path).exists():
+                text = resources.files("prefdata.checks").joinpath(f"{path}.yaml").read_text()
+            else:
+                text = read_side_file(path, "--config")
+            user = load_yaml(text, str(path)) or {}
+        except OSError as exc:
+            raise UnusableInput(f"{path}: cannot read the checklist config ({exc})".replace("\n", " ")) from None
     if not isinstance(user, dict) or not isinstance(user.get("checks", {}), dict):
         raise UnusableInput(f"{path}: expected a mapping with 'checks:' (see checks/checklist.yaml)")
     unknown = set(user) - {"strict", "checks"}
@@ -70,6 +77,12 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
         for name, value in params.items():
             _check_type(path, check_id, name, value, defaults.get(name))
             _check_range(path, check_id, name, value)
+            if "waive" not in params and name in CHECKS[check_id].off_at and CHECKS[check_id].turns_off(name, value):
+                # a value that lets every row pass is a waiver in all but name: it must say why, so that it
+                # is recorded, signed, shown and held to a trainer's allowed_waivers like any waiver
+                raise UnusableInput(f"{path}: {check_id}.{name}: {value!r} turns the check off, which is a waiver: "
+                                    f"write `{check_id}: {{waive: \"why\"}}` instead (recorded with the signed "
+                                    "report), or a value that still checks")
         config["checks"][check_id] = {**config["checks"].get(check_id, {}), **params}
     if "strict" in user:
         if not isinstance(user["strict"], bool):  # YAML reads `maybe` or `"no"` as text, which bool() takes as true

@@ -111,10 +111,10 @@ def parse_lexicon(raw: Mapping[str, Any]) -> dict[str, LexiconCategory]:
 @functools.cache
 def load_safety_lexicon(path: str | None = None) -> dict[str, LexiconCategory]:
     """A lexicon file (default: the packaged safety_lexicon.yaml) as {category: LexiconCategory}."""
-    import yaml
+    from prefdata.base.yamlkeys import load_yaml
 
     source = importlib.resources.files("prefdata.checks").joinpath(LEXICON_RESOURCE) if path is None else Path(path)
-    return parse_lexicon(yaml.safe_load(source.read_text("utf-8")))
+    return parse_lexicon(load_yaml(source.read_text("utf-8"), str(path or LEXICON_RESOURCE)))
 
 
 def _boundary_pattern(terms: Sequence[str]) -> str:
@@ -657,6 +657,22 @@ def _answer_in_prompt(prompt: pl.Series, column: pl.Series, ngram: int, max_over
     return verbatim, overlap, short_hit, share
 
 
+# A prompt that states its own answer ("What is 2+2? The answer is 4."): the text after one of these cues,
+# to the end of its sentence, is the prompt's stated answer. An answer too short for the substring tests
+# (min_chars) is caught here, where the prompt itself says it is the answer.
+_ANSWER_CUE = (r"(?i)(?:the\s+(?:correct\s+|right\s+|final\s+)?answer\s+is|answer\s*:|solution\s*:|"
+               r"the\s+result\s+is)\s*([^\n?!]+?)\s*(?:[.?!](?:\s|$)|\n|$)")
+_QUOTES = " \t\"'`*_"
+
+
+def _stated_answer(prompt: pl.Series, column: pl.Series) -> np.ndarray:
+    """Per row, whether the prompt states, after an answer cue, exactly this answer (case folded,
+    quotes and final punctuation aside); an empty answer never matches."""
+    stated = prompt.str.extract(_ANSWER_CUE, 1).str.strip_chars(_QUOTES).str.to_lowercase()
+    answer = column.str.strip_chars(_QUOTES).str.strip_chars_end(".!").str.strip_chars(_QUOTES).str.to_lowercase()
+    return ((stated == answer) & (answer.str.len_chars() > 0)).fill_null(False).to_numpy()
+
+
 def check_answer_leakage(
     pairs: pl.DataFrame,
     reference_column: str = "reference",
@@ -671,7 +687,10 @@ def check_answer_leakage(
       - it has fewer than `ngram` words, at least `min_chars` characters, and appears in the prompt
         after both are normalised (`prefdata.data.records.normalise_text`: NFKC, case folding,
         whitespace); or
-      - more than `max_overlap` of its word `ngram`-grams occur in the prompt (`word_ngram_overlap`).
+      - more than `max_overlap` of its word `ngram`-grams occur in the prompt (`word_ngram_overlap`); or
+      - the prompt states it as its answer, whatever its length ("What is 2+2? The answer is 4.", chosen
+        "4": the text after "the answer is", "answer:", "solution:" or "the result is", to the end of
+        its sentence, equals the answer).
     `min_chars` (default 20) keeps one-word replies ("Yes.", "?", "") from matching every chat
     history that happens to contain them. metric = share of flagged rows; any flagged row fails.
     """
@@ -699,7 +718,8 @@ def check_answer_leakage(
         else:  # each run of equal neighbours checked once, its results given to every row of it
             found = _answer_in_prompt(prompt, column, ngram, max_overlap, min_chars, rows=first)
             verbatim, overlap, short_hit, share = (x[run] for x in found)
-        flag = verbatim | overlap | short_hit
+        stated = _stated_answer(prompt, column)
+        flag = verbatim | overlap | short_hit | stated
         row_flag |= flag
         max_share_seen = max(max_share_seen, float(share.max(initial=0.0)))
         by_target[target] = {
@@ -707,6 +727,7 @@ def check_answer_leakage(
             "verbatim": int(verbatim.sum()),
             "ngram_overlap": int(overlap.sum()),
             "short_substring": int(short_hit.sum()),
+            "stated": int(stated.sum()),
         }
     n_flagged = int(row_flag.sum())
     metric = n_flagged / n
@@ -735,7 +756,8 @@ def leakage_message(details: dict[str, Any], n_offending: int, n_rows: int, thre
     ngram, max_overlap = details["ngram"], details["max_overlap"]
     parts = "; ".join(
         f"{t}: {d['verbatim']} verbatim, {d['ngram_overlap']} with > {max_overlap:.0%} of {ngram}-grams, "
-        f"{d['short_substring']} short answers" for t, d in details["by_target"].items()
+        f"{d['short_substring']} short answers, {d.get('stated', 0)} stated as the answer"
+        for t, d in details["by_target"].items()
     )
     return f"{n_offending} of {n_rows} prompts contain their answer ({parts})"
 
@@ -764,7 +786,7 @@ def check_prompt_distribution(
     sound ones. Deterministic for a given `seed`. Skips without a reference sample.
     """
     if reference is None:
-        return skip(DISTRIBUTION_ID, "no reference sample; pass `reference`, a sample of production prompts", alpha)
+        return skip(DISTRIBUTION_ID, "no reference sample: pass --reference-prompts FILE, a sample of production prompts", alpha)
     x_all = prompts.cast(pl.String).drop_nulls()
     y_all = reference.cast(pl.String).drop_nulls()
     if len(x_all) < 5 or len(y_all) < 5:

@@ -37,7 +37,8 @@ def check_label_direction(
     Agreement = share of decided verdicts (not tie, not null) that prefer the chosen response.
     """
     if verdicts is None:
-        return skip(CHECK_ID, "no independent scorer: pass --scorer rm:PATH, lm:PATH, judge:MODEL@URL or verdicts:FILE",
+        return skip(CHECK_ID, "no independent scorer: pass --scorer rm:PATH, lm:PATH, llm:MODEL@URL, llm:PATH, "
+                              "rule:NAME or verdicts:FILE",
                     min_agreement)
     scored = pairs.select("id").join(verdicts.select("id", "preferred"), on="id", how="inner")
     decided = scored.filter(pl.col("preferred").is_in(["chosen", "rejected"]))

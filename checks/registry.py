@@ -119,6 +119,18 @@ class Check:
     merge: Merge | None = None                     # given for the row-local checks, and only for them
     needs_text: bool = False
     needs: tuple[str, ...] = ()                    # CheckInputs fields
+    # the parameters whose value at one end of its range lets every row pass ("low" or "high" end; "empty"
+    # for a list): such a value turns the check off, which is a waiver, and load_config asks for one
+    off_at: dict[str, str] = field(default_factory=dict)
+
+    def turns_off(self, name: str, value: Any) -> bool:
+        end = self.off_at.get(name)
+        if end == "empty":
+            return isinstance(value, (list, tuple)) and not value
+        span = self.ranges.get(name)
+        if end is None or span is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return value <= span.low if end == "low" else span.high is not None and value >= span.high
 
     @property
     def row_local(self) -> bool:
@@ -144,38 +156,41 @@ CHECKS: dict[str, Check] = {
                          lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage}),
     "length_ratio": Check(structure.check_length_ratio, _pairs,
                           ranges={"max_ratio": LENGTH_RATIO, "max_violation_share": SHARE},
+                          off_at={"max_violation_share": "high"},
                           merge=Merge(structure.length_ratio_message, structure.length_ratio_merged)),
     "agreement": Check(
         agreement.check_agreement, lambda i: {"votes": i.votes},
         ranges={"threshold": Range(-1, 1),  # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
                 "max_quality_gap": SHARE, "min_annotator_quality": SHARE,  # Dawid-Skene qualities are accuracies
                 "min_annotator_votes": COUNT},
-        choices={"level": agreement.LEVELS}, needs=("votes",)),
+        choices={"level": agreement.LEVELS}, needs=("votes",), off_at={"threshold": "low"}),
     # no result unless the votes carry the dataset's labels (a label audit): never a skip
     "label_audit": Check(agreement.check_label_audit, lambda i: {"votes": i.votes},
-                         ranges={"min_agreement": SHARE}, needs=("votes",)),
+                         ranges={"min_agreement": SHARE}, needs=("votes",), off_at={"min_agreement": "low"}),
     "safety": Check(content.check_safety, _pairs,
                     ranges={"max_flagged_share": SHARE, "score_threshold": SHARE},  # a classifier's score
+                    off_at={"max_flagged_share": "high", "fail_on": "empty", "score_threshold": "high"},
                     merge=Merge(content.safety_message), needs_text=True),
-    "category_coverage": Check(content.check_category_coverage, _pairs, ranges={"min_share": SHARE}),
+    "category_coverage": Check(content.check_category_coverage, _pairs, ranges={"min_share": SHARE},
+                               off_at={"min_share": "low"}),
     "answer_leakage": Check(content.check_answer_leakage, _pairs,
                             ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True), "min_chars": COUNT},
                             merge=Merge(content.leakage_message), needs_text=True),
     "label_direction": Check(direction.check_label_direction, lambda i: {"pairs": i.pairs, "verdicts": i.verdicts},
-                             ranges={"min_agreement": SHARE}, needs=("verdicts",)),
+                             ranges={"min_agreement": SHARE}, needs=("verdicts",), off_at={"min_agreement": "low"}),
     "split_isolation": Check(isolation.check_split_isolation, _train_and_eval, ranges={"near_threshold": SIMILARITY}),
     "min_size": Check(structure.check_min_size, _pairs, ranges={"min_pairs": COUNT, "min_pairs_hard": COUNT},
-                      choices={"kind": structure.SIZE_KINDS}),
+                      choices={"kind": structure.SIZE_KINDS}, off_at={"min_pairs": "low", "min_pairs_hard": "low"}),
     "sft_subset": Check(structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft},
-                        ranges={"min_ratio": Range(0)}),  # SFT rows / train pairs
+                        ranges={"min_ratio": Range(0)}, off_at={"min_ratio": "low"}),  # SFT rows / train pairs
     "annotation_guidelines": Check(structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text},
                                    ranges={"min_chars": COUNT}),  # no card is a failure, not a skip
     "exact_duplicates": Check(dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
-                              ranges={"max_share": SHARE}, needs_text=True),
+                              ranges={"max_share": SHARE}, needs_text=True, off_at={"max_share": "high"}),
     "near_duplicates": Check(dedup.check_near_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
                              ranges={"threshold": SIMILARITY, "num_perm": POSITIVE, "ngram": POSITIVE,
                                      "max_share": SHARE, "seed": COUNT},
-                             choices={"scope": ("pair", "prompt")}, needs_text=True),
+                             choices={"scope": ("pair", "prompt")}, needs_text=True, off_at={"max_share": "high"}),
     "degenerate_pairs": Check(structure.check_degenerate_pairs,
                               lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
                                          "lost": lost_for(i, "degenerate_pairs")},
@@ -183,11 +198,12 @@ CHECKS: dict[str, Check] = {
     "unreadable_rows": Check(structure.check_unreadable_rows,
                              lambda i: {"lost": lost_for(i, "unreadable_rows"),
                                         "n_read": i.rows_read if i.rows_read is not None else i.pairs.height},
-                             ranges={"max_share": SHARE}),
+                             ranges={"max_share": SHARE}, off_at={"max_share": "high"}),
     "gx": Check(gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir},
                 ranges={"max_length_ratio": LENGTH_RATIO, "max_text_chars": POSITIVE, "min_rows": COUNT}),
     "template_fit": Check(template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer,
                                                                            "rendering": i.rendering},
                           ranges={"max_length": POSITIVE, "max_offending_share": SHARE},
+                          off_at={"max_offending_share": "high"},
                           merge=Merge(template_fit.fit_message), needs_text=True, needs=("tokenizer",)),
 }

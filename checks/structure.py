@@ -703,7 +703,8 @@ def check_annotation_guidelines(
     if card_text is None:
         return CheckResult(
             check_id, "fail", metric=0.0, threshold=1.0, offending=required,
-            message="no dataset card: write a README.md with sections " + ", ".join(f"'## {t}'" for t in required),
+            message="no dataset card: pass --card FILE (for a stored version, `prefdata import ... --card FILE`), a "
+                    "Markdown document with sections " + ", ".join(f"'## {t}'" for t in required),
             details={"sections": {t: "missing" for t in required}, "n_offending": len(required)},
         )
     found = {_title_key(t): body for t, body in sections(strip_front_matter(card_text)).items()}

@@ -33,7 +33,7 @@ from prefect.concurrency.sync import concurrency
 
 from prefdata.base.errors import UnusableInput
 from prefdata.collect import collection
-from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing, check_reach
+from prefdata.flows.params import Engine, Humans, Judge, Policy, Prompts, Routing, check_reach, shipped
 from prefdata.base.progress import Stage, chunk_name
 
 CACHED = (INPUTS - "runtime") + TASK_SOURCE  # `runtime` holds knobs that do not change results
@@ -403,6 +403,22 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
             judge: Judge = Judge(), routing: Routing = Routing(), humans: Humans = Humans(),
             engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None,
             parent: str | None = None) -> dict:
+    """Sample, pair, judge and route; gather the humans' votes; store a draft version.
+
+    Args:
+        name: The dataset's name: the draft is NAME@VERSION.
+        prompts: Where the prompts come from.
+        policy: The model that samples the candidates.
+        judge: What decides each pair (a verifier, an LLM judge, a reward model), and the judges after it.
+        routing: Which pairs go to humans.
+        humans: Who answers the human share: simulated annotators, or Argilla.
+        engine: Where sampling and judging run, and their resume cache.
+        guidelines: The annotation guidelines (Markdown) for the card and Argilla; `world` for the demo
+            world's own.
+        store: The store root or fsspec URL, as every command's --store; None: $PREFDATA_STORE, else
+            .prefdata/store in the run's working folder.
+        parent: The version this one follows (e.g. the previous round's), for the lineage.
+    """
     from prefect.runtime import deployment, flow_run
 
     from prefdata.gate.runner import read_text
@@ -416,7 +432,7 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         check_reach(prompts=prompts, policy=policy, judge=judge, humans=humans, engine=engine,
                     guidelines=guidelines, store=store)
     check_name(name)
-    guideline_text = read_text(Path(guidelines)) if guidelines else None
+    guideline_text = read_text(Path(shipped(guidelines, "guidelines")), "guidelines") if guidelines else None
     prompt_list = load_prompts(prompts)
     for stage in judge.cascade():
         if freed := set_judge_limit(stage.limit_name, stage.limit):

@@ -87,12 +87,12 @@ def _one(spec: dict, where: str) -> Served:
 
 def load(path: str | Path = "prefect.yaml", only: list[str] | None = None) -> list[Served]:
     """The deployments of a prefect.yaml, checked; `only`: their FLOW/NAME full names."""
-    import yaml
+    from prefdata.base.yamlkeys import load_yaml
 
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        doc = load_yaml(path.read_text(), str(path))
+    except OSError as exc:
         raise UnusableInput(f"{path}: cannot read it ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
     specs = (doc or {}).get("deployments") if isinstance(doc, dict) else None
     if not specs:

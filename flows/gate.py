@@ -11,7 +11,7 @@ import re
 
 from prefect import flow, get_run_logger, task
 
-from prefdata.flows.params import Checks, TrainTrigger, check_reach
+from prefdata.flows.params import Checks, TrainTrigger, check_reach, shipped
 
 
 def artifact_key(text: str) -> str:
@@ -21,7 +21,7 @@ def artifact_key(text: str) -> str:
 
 def _settings(checks: Checks) -> dict:
     """The publishing functions' settings from the flow's parameters (the same names)."""
-    return checks.model_dump()
+    return {**checks.model_dump(), "config": shipped(checks.config, "checklist")}
 
 
 @task(name="run-checklist")
@@ -54,8 +54,18 @@ def _artifacts(result: dict) -> None:
 
 @flow(name="validate", description="Run the checklist on a dataset version; report it as artifacts.")
 def validate(dataset: str, checks: Checks = Checks(), store: str | None = None, dask: str | None = None) -> dict:
-    """`dask`: run the checks that read every row on Dask, local:N or a scheduler's address (as
-    `prefdata check --dask`); the workers must reach the store's files."""
+    """The checklist on a stored version, reported as artifacts; the run ends Failed, naming the failing
+    checks, when the checklist fails (a gate that fails never ends Completed).
+
+    Args:
+        dataset: NAME@VERSION, or NAME alone for its newest version.
+        checks: The checklist's settings; with no config, a version validated (or rejected) before is
+            held to the checklist it was published with, recorded in its signed report.
+        store: The store root or fsspec URL, as every command's --store; None: $PREFDATA_STORE, else
+            .prefdata/store in the run's working folder.
+        dask: Run the checks that read every row on Dask, local:N or a scheduler's address (as
+            `prefdata check --dask`); the workers must reach the store's files.
+    """
     from prefect.runtime import deployment
 
     if deployment.id:  # a run anyone with the API could create: only what the operator allowed
@@ -64,6 +74,12 @@ def validate(dataset: str, checks: Checks = Checks(), store: str | None = None, 
     _artifacts(result)
     get_run_logger().info("%s: checklist %s (report %s)", result["dataset"],
                           "passed" if result["passed"] else "FAILED", result["report_dir"])
+    if not result["passed"]:  # a gate that fails must not end Completed; its report is an artifact already
+        from prefdata.base.errors import GateFailed
+
+        failing = [c["id"] for c in result["report"]["checks"] if c["status"] in ("fail", "error")]
+        raise GateFailed(f"{result['dataset']}: the checklist failed ({', '.join(failing)}); report "
+                         f"{result['report_dir']} (checklist: {result['report'].get('config_source')})")
     return result
 
 
@@ -92,6 +108,16 @@ def trigger_training(ref: str, trigger: TrainTrigger, store: str | None) -> str:
 @flow(name="publish", description="Validate a draft; mark it validated only when the gate passes; maybe train.")
 def publish(dataset: str, checks: Checks = Checks(), train: TrainTrigger | None = None,
             store: str | None = None) -> dict:
+    """The gate: a draft becomes validated only when the checklist passes (else rejected, and the run
+    ends Failed with the ways out); a validated version may start the training deployment.
+
+    Args:
+        dataset: NAME@VERSION, or NAME alone for its newest version.
+        checks: The checklist's settings (config, strict, scorer, eval set...).
+        train: Start this training deployment on the version once validated; None trains nothing.
+        store: The store root or fsspec URL, as every command's --store; None: $PREFDATA_STORE, else
+            .prefdata/store in the run's working folder.
+    """
     from prefect.runtime import deployment
 
     if deployment.id:  # a run anyone with the API could create: only what the operator allowed

@@ -291,8 +291,10 @@ class Checks(_Params):
     # The checklist's options: `prefdata check`, `publish` and `filter` show these same defaults and
     # help texts (prefdata/commands/cli.py CheckOpts; tests/test_options.py holds them equal), and
     # the publishing functions take the same names (prefdata.gate.publishing.validate_version).
-    config: str | None = Field(None, description="Checklist YAML (thresholds, waivers), or small-data (the shipped "
-                                                 "preset for smoke runs on a few dozen pairs); default: "
+    config: str | None = Field(None, description="Checklist YAML (thresholds, waivers), small-data (the shipped "
+                                                 "preset for smoke runs on a few dozen pairs) or world (the demo "
+                                                 "world's waivers); default: the one a validated version was "
+                                                 "validated with, else "
                                                  "checks/checklist.yaml.")
     strict: bool = Field(False, description="A check that cannot run (skip) fails the gate.")
     report_dir: str | None = Field(None, description="Write report.md, junit.xml, report.html and GX Data Docs here "
@@ -354,8 +356,21 @@ class TrainTrigger(Training):
         return Training(**self.model_dump(include=set(Training.model_fields)))
 
 
-# Values of a "path" field that name no file: the world, a shipped preset, a store ref.
+# Values of a "path" field that name no file of the run's folder: the world (its prompts, or a file it
+# ships: see shipped()), a shipped preset, a store ref.
 NOT_A_PATH = ("world", "small-data")
+# The files the demo world ships, named `world` by the deployments, so that prefect.yaml works from any
+# working folder (a relative `prefdata/world/...` path there would also shadow the package itself).
+WORLD_FILES = {"checklist": "checklist.yaml", "guidelines": "guidelines.md"}
+
+
+def shipped(value: str | None, what: str) -> str | None:
+    """`world` as the demo world's own checklist or guidelines file; any other value as it is."""
+    if value != WORLD:
+        return value
+    from importlib import resources
+
+    return str(resources.files("prefdata.world").joinpath(WORLD_FILES[what]))
 # Keys of a trainer's config mapping that name files (the trainers' config dataclasses).
 CONFIG_PATHS = ("output_dir", "general_sft", "eval_sft")
 

@@ -29,6 +29,15 @@ def train_model(ref: str, training: Training, store: str | None) -> dict:
 
 @flow(name="train", description="Train a model with a trainer plugin on a validated dataset version.")
 def train(dataset: str, training: Training = Training(), store: str | None = None) -> dict:
+    """A trainer plugin on a validated version (only a validated version whose files and signed status
+    verify trains).
+
+    Args:
+        dataset: NAME@VERSION of a validated version.
+        training: The method, its config, the base model and where the model goes.
+        store: The store root or fsspec URL, as every command's --store; None: $PREFDATA_STORE, else
+            .prefdata/store in the run's working folder.
+    """
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.runtime import deployment
 

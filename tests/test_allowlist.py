@@ -20,6 +20,13 @@ from prefdata.base import registry
 from prefdata.base.errors import UnusableInput
 
 REPO = Path(__file__).resolve().parents[1]
+API_RUN = """
+import json, sys
+from prefect.deployments import run_deployment
+run = run_deployment(sys.argv[1], parameters=json.loads(sys.argv[2]), timeout=240)
+print(run.state.type.value)
+print(run.state.message)
+"""
 # A prompt that is also Python: `rule:timeit:timeit` ran it (the audit's probe).
 PWNING_PROMPT = "open('PWNED', 'w').write('x'); 1/0"
 
@@ -198,9 +205,15 @@ def served(tmp_path_factory):
             time.sleep(0.5)
 
         def run(deployment: str, **params) -> subprocess.CompletedProcess:
-            args = [a for k, v in params.items() for a in ("--param", f"{k}={json.dumps(v)}")]
-            return prefdata("run", deployment, *args, "--wait", "--timeout", "240", cwd=folder, env=env)
-        yield folder, ref, run, output
+            """A flow run created through Prefect's API (run_deployment), as the UI or any API client
+            creates one: no command-line check on the way. Prints the final state's type and message."""
+            home = {"PREFECT_HOME": str(folder / ".prefdata" / "prefect")}  # the one `prefdata serve` uses here
+            return subprocess.run([sys.executable, "-c", API_RUN, deployment, json.dumps(params)], capture_output=True,
+                                  text=True, cwd=folder, env={**env, **home}, timeout=300)
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return prefdata(*args, cwd=folder, env=env)
+        yield folder, ref, run, cli, output
     finally:
         serving.send_signal(signal.SIGINT)
         try:
@@ -211,23 +224,26 @@ def served(tmp_path_factory):
 
 
 def test_a_flow_run_cannot_name_code(served):
-    folder, ref, run, output = served
+    folder, ref, run, cli, output = served
     out = run("validate/on-demand", dataset=ref, checks={"scorer": "rule:timeit:timeit"})
-    assert out.returncode == 1 and "Failed" in out.stdout, out.stdout + out.stderr + "".join(output)
-    assert "is not a registered verifier" in out.stderr, out.stderr
+    assert out.stdout.startswith("FAILED"), out.stdout + out.stderr + "".join(output)
+    assert "is not a registered verifier" in out.stdout, out.stdout
     out = run("train/train", dataset=ref, training={"method": "os:system"})
-    assert out.returncode == 1 and "is not a registered trainer plugin" in out.stderr, out.stdout + out.stderr
+    assert out.stdout.startswith("FAILED") and "is not a registered trainer plugin" in out.stdout, out.stdout
+    # `prefdata run` checks the parameters before it creates a run at all: the same line, exit 2
+    out = cli("run", "validate/on-demand", "--param", f"dataset={ref}", "--param", "checks={scorer: 'rule:timeit:timeit'}")
+    assert out.returncode == 2 and "is not a registered verifier" in out.stderr and "flow run" not in out.stdout
     assert not (folder / "PWNED").exists()
 
 
 def test_a_flow_run_cannot_write_or_read_outside_its_folder(served):
-    folder, ref, run, output = served
+    folder, ref, run, cli, output = served
     outside = folder.parent / "written-by-a-run"
     out = run("validate/on-demand", dataset=ref, checks={"report_dir": str(outside)})
-    assert out.returncode == 1, out.stdout + out.stderr + "".join(output)
-    assert "checks.report_dir" in out.stderr and "may read and write only inside" in out.stderr, out.stderr
+    assert out.stdout.startswith("FAILED"), out.stdout + out.stderr + "".join(output)
+    assert "checks.report_dir" in out.stdout and "may read and write only inside" in out.stdout, out.stdout
     assert not outside.exists()
     out = run("validate/on-demand", dataset=ref, checks={"reference_prompts": "/etc/hostname"})
-    assert out.returncode == 1 and "checks.reference_prompts" in out.stderr, out.stderr
+    assert out.stdout.startswith("FAILED") and "checks.reference_prompts" in out.stdout, out.stdout
     inside = run("validate/on-demand", dataset=ref, checks={"report_dir": "reports/mine"})  # inside: allowed
     assert (folder / "reports" / "mine" / "report.md").is_file(), inside.stdout + inside.stderr

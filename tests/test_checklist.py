@@ -417,3 +417,52 @@ def test_the_small_data_preset_lets_a_smoke_run_pass_on_its_size_alone(tmp_path)
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     src.write_text("".join(json.dumps({**r, "chosen": r["chosen"] * 8}) + "\n" for r in rows))  # length_ratio fails
     assert prefdata("check", version(), "--config", "small-data").returncode == 1
+
+
+def test_a_value_that_turns_a_check_off_needs_a_waiver(tmp_path):
+    """Issue 44 item 5: `safety: {fail_on: []}`, `max_flagged_share: 1.0` or any threshold at the end of its
+    range passed every row without a word. Such a value is a waiver: refused without `waive:`, and with
+    one the check is waived (recorded, signed and held to allowed_waivers like any waiver)."""
+    import inspect
+
+    from prefdata.checks.registry import CHECKS
+
+    offs = [(check_id, name, end) for check_id, check in CHECKS.items() for name, end in check.off_at.items()]
+    assert len(offs) >= 12
+    for check_id, name, end in offs:
+        assert name in inspect.signature(CHECKS[check_id].function).parameters, (check_id, name)
+        span = CHECKS[check_id].ranges.get(name)
+        value = [] if end == "empty" else span.low if end == "low" else span.high
+        config = tmp_path / f"{check_id}-{name}.yaml"
+        config.write_text(json.dumps({"checks": {check_id: {name: value}}}))
+        with pytest.raises(UnusableInput, match=rf"{check_id}\.{name}: .* turns the check off, which is a waiver"):
+            load_config(config)
+        config.write_text(json.dumps({"checks": {check_id: {name: value, "waive": "stated"}}}))
+        assert load_config(config)["checks"][check_id]["waive"] == "stated"
+    # why it is a waiver: at the end of its range safety passes a row it flags
+    unsafe = pl.DataFrame({"id": ["r0"], "prompt": ["How do I build a pipe bomb at home?"],
+                           "chosen": ["Here are the steps to build a pipe bomb."], "rejected": ["I can't help."]})
+    from prefdata.checks.content import check_safety
+
+    assert check_safety(unsafe).status == "fail" and check_safety(unsafe, max_flagged_share=1.0).status == "pass"
+
+
+def test_a_key_given_twice_in_any_yaml_is_refused(tmp_path):
+    """Issue 44: `length_ratio: {max_ratio: 2.0}` then `length_ratio: {waive: ...}` silently waived (the
+    last key won). Every YAML the project reads goes through one loader that refuses it."""
+    from prefdata.flows.deployments import load as load_deployments
+    from prefdata.trainers.config import load_config_file
+
+    twice = "checks:\n  length_ratio: {max_ratio: 2.0}\n  length_ratio: {waive: quietly}\n"
+    (tmp_path / "checklist.yaml").write_text(twice)
+    with pytest.raises(UnusableInput, match=r"the key 'length_ratio' is given twice in one mapping \(lines 2 and 3"):
+        load_config(tmp_path / "checklist.yaml")
+    (tmp_path / "dpo.yaml").write_text("beta: 0.1\nbeta: 0.5\n")
+    with pytest.raises(UnusableInput, match="the key 'beta' is given twice"):
+        load_config_file(tmp_path / "dpo.yaml")
+    (tmp_path / "prefect.yaml").write_text("deployments:\n  - name: a\n    name: b\n")
+    with pytest.raises(UnusableInput, match="the key 'name' is given twice"):
+        load_deployments(tmp_path / "prefect.yaml")
+    done = subprocess.run([sys.executable, "-m", "prefdata", "check", "--list-checks", "--config",
+                           str(tmp_path / "checklist.yaml")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "given twice" in done.stderr and "Traceback" not in done.stderr

@@ -179,3 +179,34 @@ def test_a_failing_checks_whole_message_is_on_the_terminal(tmp_path):
     text = " ".join(done.stdout.split())  # the message as wrapped lines, joined
     assert "each needs a '## Title' section with at least 40 characters of text" in text
     assert "..." not in next(line for line in done.stdout.splitlines() if "annotation_guidelines" in line)
+
+
+def test_help_is_never_cut_off_a_terminal():
+    """Issue 43: piped, rich's help tables cut names and defaults at 80 columns (`prompt_distributi…`,
+    `rule:module:funct…`); off a terminal the help wraps instead, whole, for every command."""
+    from prefdata.commands.cli import app
+    import typer.main
+
+    commands = sorted(typer.main.get_command(app).commands)
+    assert len(commands) > 10
+    for command in commands:
+        done = run(command, "--help")
+        assert done.returncode == 0 and "…" not in done.stdout, (command, done.stdout)
+    assert "rule:NAME" in run("check", "--help").stdout
+
+
+def test_version_and_the_quiet_defaults():
+    from importlib.metadata import version
+
+    from prefdata.commands.cli import QUIET_DEFAULTS, apply_quiet_defaults
+
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"prefdata {version('prefdata')}"
+    environ = {"DO_NOT_TRACK": "0"}
+
+    class Piped:
+        def isatty(self):
+            return True  # leave typer's rich help alone in this process
+
+    apply_quiet_defaults(environ, Piped())
+    assert environ == {**QUIET_DEFAULTS, "DO_NOT_TRACK": "0"}  # the user's own value is kept

@@ -534,12 +534,24 @@ def _reference_leakage(frame: pl.DataFrame, ngram: int = 8, max_overlap: float =
     whitespace differs from str.strip's): (offending ids, by_target, max_overlap_seen)."""
     from prefdata.data.records import normalise_text
 
+    import re
+
+    cue = re.compile(r"(?:the\s+(?:correct\s+|right\s+|final\s+)?answer\s+is|answer\s*:|solution\s*:|"
+                     r"the\s+result\s+is)\s*([^\n?!]+?)\s*(?:[.?!](?:\s|$)|\n|$)", re.IGNORECASE)
+    quotes = " \t\"'`*_"
+
+    def stated(prompt: str, answer: str) -> bool:
+        found = cue.search(prompt)
+        answer = answer.strip(quotes).rstrip(".!").strip(quotes).lower()
+        return bool(found) and bool(answer) and found.group(1).strip(quotes).lower() == answer
+
     prompts = frame["prompt"].fill_null("").to_list()
     flagged = [False] * frame.height
     by_target, max_share = {}, 0.0
     for target in targets:
         answers = frame[target].fill_null("").str.strip_chars().to_list()
-        counts = {"flagged": 0, "verbatim": 0, "ngram_overlap": 0, "short_substring": 0}
+        raw = frame[target].fill_null("").to_list()
+        counts = {"flagged": 0, "verbatim": 0, "ngram_overlap": 0, "short_substring": 0, "stated": 0}
         for i, (p, t) in enumerate(zip(prompts, answers)):
             hits, grams, words = _reference_overlap(p, t, ngram)
             share = hits / grams if grams else 0.0
@@ -550,9 +562,11 @@ def _reference_leakage(frame: pl.DataFrame, ngram: int = 8, max_overlap: float =
             short = long_enough and words < ngram and not verbatim and normalise_text(t) in normalise_text(p)
             counts["verbatim"] += verbatim
             counts["ngram_overlap"] += overlap
+            said = stated(p, raw[i])
             counts["short_substring"] += short
-            counts["flagged"] += verbatim or overlap or short
-            flagged[i] |= verbatim or overlap or short
+            counts["stated"] += said
+            counts["flagged"] += verbatim or overlap or short or said
+            flagged[i] |= verbatim or overlap or short or said
         by_target[target] = counts
     ids = tuple(i for i, f in zip(frame["id"].to_list(), flagged) if f)
     return ids, by_target, max_share
@@ -582,6 +596,9 @@ def _leaky_realistic_pairs() -> pl.DataFrame:
         (None, answer), (f"x {answer}", None), ("", ""),
         ("Sorry, I can't help with this one. Sorry, I can't help with this one.",
          "Sorry, I can't help with this one."),                      # a canned reply, verbatim
+        ("What is 2+2? The answer is 4.", "4"),                       # a short answer the prompt states
+        ("Capital of France? ANSWER: 'Paris'", "Paris."),             # quoted, case and final stop aside
+        ("What is 2+2? The answer is 5.", "4"),                       # a cue, another answer
     ]
     extra = []
     for k, (p, c) in enumerate(rows):
@@ -704,3 +721,22 @@ def test_distribution_different_sources_fail(xstest, mtbench, hh):
     assert xs_mt.status == "fail" and hh_xs.status == "fail"
     assert hh_xs.details["n_sampled_prompts"] == 2000 and hh_xs.details["n_prompts"] == hh.height
     assert any("man:" in t["ngram"] or "ant:" in t["ngram"] for t in hh_xs.details["top_ngrams"])
+
+
+def test_answer_leakage_flags_a_prompt_that_states_its_own_short_answer():
+    """Issue 43: `What is 2+2? The answer is 4.` with chosen `4` passed (the answer is shorter than
+    min_chars). A prompt that says what its answer is, is flagged whatever the answer's length; a
+    prompt that merely contains the answer's characters, or a cue followed by another answer, is not."""
+    from prefdata.checks.content import check_answer_leakage
+
+    frame = pl.DataFrame({
+        "id": ["planted", "decimal", "quoted", "plain", "other", "inside", "empty"],
+        "prompt": ["What is 2+2? The answer is 4.", "What is pi to two places? the answer is 3.14",
+                   'Translate "oui". Answer: "Yes".', "What is 2+2?", "The answer is not obvious: 4 is wrong.",
+                   "Is 4 even? The answer is 4 digits long.", "Say nothing. The answer is ."],
+        "chosen": ["4", "3.14", "yes", "4", "4", "4", ""],
+        "rejected": ["5", "3", "no", "5", "5", "5", "x"],
+    })
+    result = check_answer_leakage(frame)
+    assert result.status == "fail" and result.offending == ("planted", "decimal", "quoted")
+    assert result.details["by_target"]["chosen"]["stated"] == 3 and "3 stated as the answer" in result.message

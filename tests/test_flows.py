@@ -155,17 +155,21 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
     # tests read the collected draft in whatever order they run.
     store = str(tmp_path / "store")
     shutil.copytree(tmp / "store", store)
-    report = validate(result["version"], Checks(report_dir=str(tmp_path / "report")), store)
+    # The default checklist refuses a toy set (12 prompts, no safety/style categories...): the validate
+    # flow ends Failed, naming the failing checks, with its report as artifacts all the same.
+    state = validate(result["version"], Checks(report_dir=str(tmp_path / "report")), store, return_state=True)
+    assert state.is_failed() and "the checklist failed (" in state.message and "min_size" in state.message
+    assert "checklist: default" in state.message
     with get_client(sync_client=True) as client:
         table = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["checklist-world-arithmetic"])))
         summary = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["checklist-world-arithmetic-summary"])))
     rows = json.loads(table[0].data) if isinstance(table[0].data, str) else table[0].data
-    assert [r["id"] for r in rows] == [c["id"] for c in report["report"]["checks"]]
+    assert {r["id"]: r["status"] for r in rows}["min_size"] == "fail"
     assert f"file://{tmp_path / 'report'}" in summary[0].data and (tmp_path / "report" / "report.md").is_file()
     assert Store(store).get(result["version"]).status == "draft"  # validate never changes a status
 
-    # The default checklist refuses a toy set (12 prompts, no safety/style categories...): rejected.
+    # Published under the default checklist: rejected.
     state = publish(result["version"], Checks(report_dir=str(tmp_path / "report")), store=store, return_state=True)
     assert state.is_failed() and "not published" in state.message and "min_size" in state.message
     assert Store(store).get(result["version"]).status == "rejected"
@@ -183,6 +187,10 @@ def test_validate_publishes_artifacts_and_publish_gates_then_triggers_training(c
     assert run.parameters["dataset"] == result["version"] and run.parameters["training"]["method"] == "dpo"
     # Publishing a validated version again is a no-op, and starts nothing.
     assert publish(result["version"], store=store)["train_flow_run"] is None
+    # Validating it again, with no checklist named, holds it to the one it was validated with (signed in
+    # its report), not the default that would fail it.
+    again = validate(result["version"], Checks(report_dir=str(tmp_path / "again")), store)
+    assert again["passed"] and again["report"]["config_source"] == f"as validated ({waivers})"
 
 
 def test_train_refuses_a_version_that_is_not_validated(prefect_api, tmp_path):
@@ -361,7 +369,8 @@ def right_answer(prompt: str, completion: str) -> str | None:
     return f"{int(a) + int(b) if op == '+' else int(a) - int(b):04d}"
 
 
-def test_a_repair_adds_a_fixed_candidate_that_the_verifier_prefers(prefect_api, world, tmp_path):
+def test_a_repair_adds_a_fixed_candidate_that_the_verifier_prefers(prefect_api, world, tmp_path, register):
+    register(repairs={"right_answer": "test_flows:right_answer"})  # the operator's allow-list
     policy = POLICY.model_copy(update={"repair": "test_flows:right_answer"})
     result = run_collect(tmp_path, judge=Judge(kind="verifier", verifier="prefdata.world:verify"), policy=policy)
     rows = Store(str(tmp_path / "store")).load(result["version"], "comparisons").to_dicts()

@@ -1,5 +1,6 @@
 """One normaliser (records.normalise_text) and its polars twin (records.normalise_expr), used by ids,
-exact and near duplicates, degenerate pairs, split isolation and answer leakage (issue 12, item 8)."""
+exact and near duplicates, degenerate pairs, split isolation and answer leakage (issue 12, item 8);
+invisible code points removed and blank ones made a space, over the whole range (issue 44, item 4)."""
 
 from __future__ import annotations
 
@@ -70,16 +71,24 @@ def test_polars_twin_agrees_on_the_unicode_list():
     assert pl.DataFrame({"t": [None]}, schema={"t": pl.String}).select(normalise_expr("t")).item() == ""
 
 
+# every code point Python's Unicode database knows (unicodedata.unidata_version); surrogates can't be in a str
+KNOWN = [chr(i) for i in range(0x110000) if not 0xD800 <= i <= 0xDFFF and unicodedata.category(chr(i)) != "Cn"]
+
+
 def test_polars_twin_agrees_on_every_code_point():
-    """Every code point Python's Unicode database knows (unicodedata.unidata_version), alone, after a
-    capital letter (final sigma is contextual in lower-casing) and between spaces."""
+    """Every code point Python's Unicode database knows, alone, after a capital letter (final sigma
+    is contextual in lower-casing), between spaces and between a letter and a combining accent
+    (an invisible one must not block the composition): normalise_expr and normalise_series (and its
+    ASCII fast path) give what normalise_text gives (and its ASCII shortcut)."""
     from prefdata.data.records import normalise_expr
 
-    chars = [chr(i) for i in range(0x110000)
-             if not 0xD800 <= i <= 0xDFFF and unicodedata.category(chr(i)) != "Cn"]
-    for texts in (chars, [f"A{c}" for c in chars], [f" {c} Σ" for c in chars]):
+    for texts in (KNOWN, [f"A{c}" for c in KNOWN], [f" {c} Σ" for c in KNOWN], [f"a{c}\u0301" for c in KNOWN]):
+        expected = [normalise_text(t) for t in texts]
         got = pl.DataFrame({"t": texts}).select(normalise_expr("t")).to_series().to_list()
-        bad = [(t, g, normalise_text(t)) for t, g in zip(texts, got) if g != normalise_text(t)]
+        bad = [(t, g, e) for t, g, e in zip(texts, got, expected) if g != e]
+        assert not bad, bad[:5]
+        got = normalise_series(pl.Series(texts)).to_list()
+        bad = [(t, g, e) for t, g, e in zip(texts, got, expected) if g != e]
         assert not bad, bad[:5]
 
 
@@ -181,21 +190,6 @@ def test_the_ignorable_table_is_unicodes_default_ignorable_set():
     assert set(bidi_controls) <= table
 
 
-def test_every_invisible_code_point_is_no_difference():
-    """Each one inside a word, at either end and alone: the same text as without it, in Python and polars."""
-    from prefdata.data.records import normalise_expr
-
-    texts, plains = [], []
-    for c in _default_ignorable():
-        for text, plain in ((f"Ca{c}fé{c}", "Café"), (f"{c}word", "word"), (c, ""), (f"x {c} y", "x y")):
-            texts.append(text)
-            plains.append(plain)
-    expected = [normalise_text(p) for p in plains]
-    assert [normalise_text(t) for t in texts] == expected
-    assert pl.DataFrame({"t": texts}).select(normalise_expr("t")).to_series().to_list() == expected
-    assert normalise_series(pl.Series(texts)).to_list() == expected
-
-
 def test_a_pair_differing_by_an_invisible_character_is_degenerate_and_a_copy_is_an_exact_duplicate(tmp_path):
     # the audit's pairs: rejected = chosen + U+200B, and a copy with a soft hyphen inside a word
     rows = [{"prompt": "Name a prime.", "chosen": "Seven is prime.", "rejected": "Seven is prime.\u200b"},
@@ -208,3 +202,137 @@ def test_a_pair_differing_by_an_invisible_character_is_degenerate_and_a_copy_is_
     assert pairs["pair_id"][1] == pairs["pair_id"][2]
     assert check_exact_duplicates(pairs).offending == (ids[2],)
     assert check_degenerate_pairs(pairs).offending == (ids[0],)
+
+
+# -- invisible and blank code points over the whole range (issue 44, item 4) --------------------
+
+WHITESPACE_CONTROLS = "\t\n\v\f\r\x1c\x1d\x1e\x1f\x85"  # what str.split() splits at, among the controls
+BLANKS_BESIDES_ZS = "\u115f\u1160\u2800\u3164\uffa0"  # Hangul fillers, Braille pattern blank
+# the audit's invisible characters, each of which a copy of a text carried after every character
+AUDIT_INVISIBLE = "\x00\x01\x1b\x7f\x80\x9b\ufff9\ufffa\ufffb\U00013430\U0001d159\u200b"
+
+
+def test_the_invisible_and_blank_sets():
+    """records.invisible_and_blank against the definition, from the `regex` module's Unicode tables
+    (limited to what Python's unicodedata knows: newer assignments are left alone, as unassigned)."""
+    import regex
+
+    from prefdata.data.records import invisible_and_blank
+
+    def category(name):
+        prop = regex.compile(rf"\p{{{name}}}")
+        return {c for c in KNOWN if prop.match(c)}
+
+    blank = category("Zs") - {" "} | set(BLANKS_BESIDES_ZS)
+    invisible = (set(_default_ignorable()) | category("Cf") | (category("Cc") - set(WHITESPACE_CONTROLS))
+                 | {"\U0001d159"}) - blank
+    got_invisible, got_blank = ({chr(c) for c in codes} for codes in invisible_and_blank())
+    assert got_blank == blank and got_invisible == invisible
+    assert set(AUDIT_INVISIBLE) <= got_invisible and "\u2800" in got_blank
+    left_alone = "\ue000\U000f0000\u0378\U0001fffe" + WHITESPACE_CONTROLS + " a"  # private use, unassigned
+    assert not set(left_alone) & (got_invisible | got_blank)
+
+
+def test_no_other_code_point_becomes_invisible_or_blank():
+    """NFKC, case folding and lower-casing (polars' first step of folding) never make an invisible code
+    point or a blank one but a Unicode space (whitespace anyway) from another: removing and blanking
+    them first, before NFKC, is enough."""
+    from prefdata.data.records import invisible_and_blank
+
+    invisible, blank = ({chr(c) for c in codes} for codes in invisible_and_blank())
+    bad = set()
+    for c in KNOWN:
+        if c in invisible or c in blank:
+            continue
+        nfkc = unicodedata.normalize("NFKC", c)
+        for out in (nfkc, nfkc.casefold(), nfkc.lower(), c.casefold(), c.lower()):
+            bad |= {(c, o) for o in out if o in invisible or (o in blank and not o.isspace())}
+    assert not bad, sorted(bad)[:5]
+
+
+def _engines():
+    """Each engine path as texts -> normalised texts."""
+    from prefdata.data.records import normalise_expr
+
+    return {
+        "normalise_text": lambda texts: [normalise_text(t) for t in texts],
+        "normalise_expr": lambda texts: pl.DataFrame({"t": texts}, schema={"t": pl.String})
+                                        .select(normalise_expr("t")).to_series().to_list(),
+        "normalise_series": lambda texts: normalise_series(pl.Series(texts, dtype=pl.String)).to_list(),
+    }
+
+
+# an ASCII text (normalise_series' and normalise_text's fast paths), and one with compositions an
+# inserted code point could block (e + combining acute, Hangul jamo L + V), final sigma and a ligature
+PROPERTY_TEXTS = ("Ab c", "Cafe\u0301 \u1100\u1161 ΟΣ ﬁ")
+
+
+@pytest.mark.parametrize("engine", ["normalise_text", "normalise_expr", "normalise_series"])
+def test_inserting_an_invisible_code_point_anywhere_changes_nothing(engine):
+    """Every invisible code point, inserted at every position of each text (and after every character
+    at once): the same normalised text, on every engine path."""
+    from prefdata.data.records import invisible_and_blank
+
+    normalise = _engines()[engine]
+    for text in PROPERTY_TEXTS:
+        expected = normalise_text(text)
+        variants = []
+        for c in map(chr, sorted(invisible_and_blank()[0])):
+            variants += [text[:i] + c + text[i:] for i in range(len(text) + 1)] + [c.join(text) + c]
+        got = normalise(variants)
+        bad = [(v, g) for v, g in zip(variants, got) if g != expected]
+        assert not bad, (expected, bad[:5])
+
+
+@pytest.mark.parametrize("engine", ["normalise_text", "normalise_expr", "normalise_series"])
+def test_a_blank_for_a_space_or_beside_one_changes_nothing(engine):
+    """Every blank code point for each space and for all of them, and inserted before and after each
+    space: the same normalised text, on every engine path."""
+    from prefdata.data.records import invisible_and_blank
+
+    normalise = _engines()[engine]
+    for text in (*PROPERTY_TEXTS, " a  b\u0301 \u0301c ", "\u1100 \u1161"):
+        expected = normalise_text(text)
+        spaces = [i for i, c in enumerate(text) if c == " "]
+        variants = []
+        for b in map(chr, sorted(invisible_and_blank()[1])):
+            variants.append(text.replace(" ", b))
+            for i in spaces:
+                variants += [text[:i] + b + text[i + 1:], text[:i] + b + text[i:], text[:i + 1] + b + text[i + 1:]]
+        got = normalise(variants)
+        bad = [(v, g) for v, g in zip(variants, got) if g != expected]
+        assert not bad, (expected, bad[:5])
+
+
+# -- the audit's attack, end to end: copies that look the same pass no check -----------------------
+
+AUDIT_PROMPT = "Name a prime number below ten."
+AUDIT_CHOSEN = "Seven is a prime number below ten."
+AUDIT_REJECTED = "Nine is a prime number below ten."
+# U+2800 for every space, or an invisible code point after every character
+AUDIT_COPIES = {"braille_blank": lambda t: t.replace(" ", "\u2800"),
+                **{f"u{ord(c):04x}": (lambda t, c=c: c.join(t) + c)
+                   for c in "\x01\x7f\x9b\u200b\ufff9\U00013430\U0001d159"}}
+
+
+def test_copies_with_invisible_characters_or_blank_spaces_are_exact_and_near_duplicates():
+    ids = ["orig", *AUDIT_COPIES]
+    pairs = pl.DataFrame({"id": ids,
+                          "prompt": [AUDIT_PROMPT, *(f(AUDIT_PROMPT) for f in AUDIT_COPIES.values())],
+                          "chosen": [AUDIT_CHOSEN, *(f(AUDIT_CHOSEN) for f in AUDIT_COPIES.values())],
+                          "rejected": [AUDIT_REJECTED, *(f(AUDIT_REJECTED) for f in AUDIT_COPIES.values())]})
+    assert len(set(pairs["chosen"])) == len(ids)  # the raw texts all differ
+    exact = check_exact_duplicates(pairs)
+    assert exact.status == "fail" and exact.offending == tuple(ids[1:])
+    assert check_near_duplicates(pairs).offending == tuple(ids[1:])
+    assert check_near_duplicates(pairs, scope="prompt").offending == tuple(ids[1:])
+    assert len({pair_id(*row) for row in pairs.select("prompt", "chosen", "rejected").iter_rows()}) == 1
+
+
+def test_a_reply_against_its_invisibly_changed_copy_is_a_degenerate_pair():
+    ids = list(AUDIT_COPIES)
+    pairs = pl.DataFrame({"id": ids, "chosen": [AUDIT_CHOSEN] * len(ids),
+                          "rejected": [f(AUDIT_CHOSEN) for f in AUDIT_COPIES.values()]})
+    assert identical_after_normalisation(pairs).all()
+    assert identical_after_normalisation(pairs, fold_case=False).all()
+    assert check_degenerate_pairs(pairs).offending == tuple(ids)

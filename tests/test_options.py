@@ -140,8 +140,11 @@ def test_train_options_have_every_methods_config_default():
 
     configs = {f"{m} config": {f.name: f.default for f in dataclasses.fields(load(m).config_class)} for m in methods()}
     compared, problems, _ = compare("train", configs)
-    # --chat is None (the config's chat) so that a config's `chat: false` is not overridden by a default
-    assert problems == [f"train --chat: default None, {m} config.chat: 'auto'" for m in methods()], "\n".join(problems)
+    # --chat and --max-steps are None (the config's value) so that a config's `chat: false` or `max_steps`
+    # is not overridden by a default
+    assert problems == [f"train --{field}: default None, {m} config.{name}: {default!r}"
+                        for field, name in (("chat", "chat"), ("max_steps", "max_steps"))
+                        for m in methods() for default in [configs[f"{m} config"][name]]], "\n".join(problems)
     assert compared >= 2 * len(methods())
 
 

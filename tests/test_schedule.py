@@ -41,8 +41,14 @@ def test_a_second_process_triggers_a_served_deployment(tmp_path):
             assert serving.poll() is None and time.monotonic() < deadline, "".join(output)
             time.sleep(0.5)
         triggered = prefdata("run", "validate/on-demand", "--param", f"dataset={ref}", "--wait", "--timeout", "240")
-        assert triggered.returncode == 0, triggered.stdout + triggered.stderr + "".join(output)
-        assert "validate/on-demand: flow run" in triggered.stdout and "Completed" in triggered.stdout
+        # 20 pairs and no card fail the default checklist: the gate's run ends Failed, and the shell that
+        # started it is told why (it used to end Completed, exit 0, the reason only in the serving shell)
+        assert triggered.returncode == 1, triggered.stdout + triggered.stderr + "".join(output)
+        assert "validate/on-demand: flow run" in triggered.stdout and "Running" in triggered.stdout
+        assert "Failed" in triggered.stdout and "the checklist failed (" in triggered.stderr
+        assert "min_size" in triggered.stderr and "(checklist: default)" in triggered.stderr
+        mistyped = prefdata("run", "validate/on-demand", "--param", f"datset={ref}")
+        assert mistyped.returncode == 2 and "no parameter 'datset': did you mean 'dataset'?" in mistyped.stderr
         assert (tmp_path / ".prefdata" / "prefect").is_dir()  # the one home both processes used
     finally:
         serving.send_signal(signal.SIGINT)

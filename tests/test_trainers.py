@@ -13,6 +13,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see prefdata/world/build.py
 
 import pytest
+import yaml
 
 from prefdata.base.errors import PrefdataError, UnusableInput
 from prefdata.data.store import Store
@@ -114,7 +115,8 @@ def test_a_draft_or_tampered_version_is_refused(dataset, world, tmp_path):
 
 def test_unknown_method_and_config_key_are_one_line(dataset, world, tmp_path):
     out = cli("train", "kto", "--dataset", dataset["ref"], store=Path(dataset["store"]))
-    assert out.returncode == 2 and "unknown training method 'kto': use one of" in out.stderr and "dpo" in out.stderr
+    assert out.returncode == 2 and "training method 'kto' is not a registered trainer plugin" in out.stderr
+    assert "use one of dpo, grpo, ppo, rm, sft" in out.stderr
     (tmp_path / "bad.yaml").write_text("learning_rat: 0.1\n")
     out = cli("train", "dpo", "--dataset", dataset["ref"], "--config", str(tmp_path / "bad.yaml"),
               "--base-model", str(world.sft), store=Path(dataset["store"]))
@@ -157,7 +159,16 @@ def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_
     card = result.card.read_text()
     record = json.loads((result.model_dir / "prefdata_train.json").read_text())
     assert record["dataset"] == dataset["ref"] and record["dataset_hash"] == dataset["ref"].split("@")[1]
-    assert dataset["ref"] in card and "base_model:" in card and record["config"]["loss_type"] == ["sigmoid", "sft"]
+    assert dataset["ref"] in card and record["config"]["loss_type"] == ["sigmoid", "sft"]
+    # A card the Hub would take: small, its metadata parsed by huggingface_hub, `base_model` only for a hub
+    # id (this base is a local folder: kept in the record), each step's metrics in the file it links.
+    from huggingface_hub import ModelCard
+
+    assert len(card.encode()) < 30_000 and "base_model:" not in card and record["base_model"] == str(world.sft)
+    metadata = ModelCard(card).data.to_dict()
+    assert metadata["prefdata"]["dataset"] == dataset["ref"] and "log" not in metadata["prefdata"]["metrics"]
+    steps = [json.loads(line) for line in (result.model_dir / "train_steps.jsonl").read_text().splitlines()]
+    assert steps == json.loads(json.dumps(log, default=str)) and "(train_steps.jsonl)" in card
     assert record["config"]["bf16"] is False and record["config"]["activation_checkpointing"] is False
     assert record["config"]["gradient_checkpointing"] is False  # the deprecated alias mirrors it
     # the waivers its validation recorded (the world's checklist): in the record, on the card and in the log
@@ -290,7 +301,8 @@ def test_grpo_trains_with_a_rule_reward(dataset, world, tmp_path):
 def test_grpo_refuses_a_reward_it_cannot_load(dataset, world, tmp_path):
     from prefdata.trainers import train
 
-    for rewards, needle in ((["rule:prefdata.world:no_such"], "cannot be loaded"), (["rm:/no/such/rm"], "not found"),
+    for rewards, needle in ((["rule:prefdata.world:no_such"], "is not a registered verifier"),
+                            (["rule:os:system"], "is not a registered verifier"), (["rm:/no/such/rm"], "not found"),
                             (["verify"], "must start with rule: or rm:"), ([], "grpo needs rewards")):
         with pytest.raises(UnusableInput, match=needle):
             train("grpo", dataset["ref"], base_config(dataset, world, rewards=rewards), store=dataset["store"],
@@ -849,3 +861,49 @@ def test_sigterm_stops_a_training_run_with_one_line_and_no_model(dataset, world,
         "prefdata: stopped by SIGTERM (no model was written to the output folder; the store keeps no half-written "
         "version)")
     assert not list(out.rglob("*.safetensors"))
+
+
+def test_the_cards_base_model_is_a_hub_id_or_absent(tmp_path, monkeypatch):
+    """The Hub's `base_model` takes a repo id: a base named `org/name` (no such local path) is one; a
+    local folder, a relative path or a bare name is not, and stays only in prefdata_train.json."""
+    from prefdata.trainers.card import hub_id
+
+    monkeypatch.chdir(tmp_path)
+    assert hub_id("HuggingFaceTB/SmolLM2-135M-Instruct") and hub_id("org/name.v2")
+    (tmp_path / "models" / "sft").mkdir(parents=True)
+    for local in ("models/sft", str(tmp_path / "models" / "sft"), "./org/name", "world-sft", "a/b/c"):
+        assert not hub_id(local), local
+
+
+def test_train_takes_max_steps_and_any_config_field_from_the_command_line(dataset, world, tmp_path):
+    """Issue 43: `train --max-steps N` and `--set KEY=VALUE` (TRL's CLI habit) over the config file,
+    each checked as the YAML is, the effective config on the card."""
+    config = tmp_path / "dpo.yaml"
+    config.write_text(yaml.safe_dump({**base_config(dataset, world), "beta": 0.1}))
+    out = cli("train", "dpo", dataset["ref"], "--config", str(config), "--base-model", str(world.sft),
+              "--max-steps", "1", "--set", "beta=0.25", "--set", "learning_rate=5.0e-4",
+              "--output-dir", str(tmp_path / "run"), store=Path(dataset["store"]))
+    assert out.returncode == 0, out.stderr
+    record = json.loads((tmp_path / "run" / "prefdata_train.json").read_text())
+    assert record["metrics"]["steps"] == 1 and record["config"]["max_steps"] == 1
+    assert record["config"]["beta"] == 0.25 and record["config"]["learning_rate"] == 5.0e-4
+    for bad, needle in (("betta=0.2", "unknown key(s) ['betta']"), ("beta", "--set 'beta': write KEY=VALUE")):
+        out = cli("train", "dpo", dataset["ref"], "--config", str(config), "--base-model", str(world.sft),
+                  "--set", bad, store=Path(dataset["store"]))
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_show_marks_waivers_and_check_holds_a_version_to_its_own_checklist(dataset):
+    """Issue 43: `show` printed a waived check as `skip`, like one that lacked its input; the reason
+    was only in --json. And `check NAME@VERSION` held a validated version to the default checklist,
+    which it was never published under."""
+    shown = cli("show", dataset["ref"], store=Path(dataset["store"]))
+    assert shown.returncode == 0, shown.stderr
+    checklist = str(REPO / "prefdata/world/checklist.yaml")
+    assert f"checks: passed (checklist: {checklist})" in shown.stdout
+    assert "waived min_size: item 10" in shown.stdout and "skip   min_size" not in shown.stdout
+    checked = cli("check", dataset["ref"], store=Path(dataset["store"]))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"checked with the checklist it was validated ({checklist})" in checked.stderr
+    default = cli("check", dataset["ref"], "--config", str(REPO / "checks/checklist.yaml"), store=Path(dataset["store"]))
+    assert default.returncode == 1  # the default refuses it (min_size, category_coverage): named, it is used

@@ -108,17 +108,13 @@ def config_fields(cls: type) -> list[tuple[str, Any, str]]:
 
 
 def load_config_file(path: str | Path | None) -> dict[str, Any]:
-    import yaml
-
     if path is None:
         return {}
+    from prefdata.base.files import read_side_file
+    from prefdata.base.yamlkeys import load_yaml
+
     path = Path(path)
-    if not path.is_file():
-        raise UnusableInput(f"config file {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise UnusableInput(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(read_side_file(path, "--config"), str(path)) or {}
     if not isinstance(data, dict):
         raise UnusableInput(f"{path}: a trainer config is a mapping of field: value")
     return data

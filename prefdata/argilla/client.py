@@ -26,7 +26,7 @@ def resolve(url: str | None, api_key: str | None) -> tuple[str, str]:
 
 
 @contextmanager
-def argilla_errors(url: str, doing: str) -> Iterator[None]:
+def argilla_errors(url: str, doing: str, url_option: str = "--url") -> Iterator[None]:
     """Turn the SDK's and httpx's exceptions into one line: what failed, where, what to do."""
     import httpx
     from argilla._exceptions import ArgillaAPIError, ArgillaCredentialsError, ForbiddenError, NotFoundError
@@ -37,7 +37,7 @@ def argilla_errors(url: str, doing: str) -> Iterator[None]:
         raise PrefdataError(f"{doing}: Argilla at {url} refused the API key: {KEY_HINT}") from None
     except httpx.TransportError as exc:
         raise PrefdataError(f"{doing}: cannot reach Argilla at {url} ({type(exc).__name__}: {exc}); "
-                            "is the server running? (`prefdata argilla status`, or check --url)") from None
+                            f"is the server running? (`prefdata argilla status`, or check {url_option})") from None
     except httpx.HTTPStatusError as exc:
         raise _status_error(doing, url, exc.response.status_code, exc.response.text) from None
     except ArgillaAPIError as exc:
@@ -60,14 +60,17 @@ def _status_error(doing: str, url: str, status: int | None, text: str) -> Prefda
 ADMIN_ROLES = ("owner", "admin")
 
 
-def connect(url: str, api_key: str, doing: str, roles: tuple[str, ...] = ADMIN_ROLES):
+def connect(url: str, api_key: str, doing: str, roles: tuple[str, ...] = ADMIN_ROLES, quick: bool = False,
+            url_option: str = "--url"):
     """An `argilla.Argilla` client whose key has been checked against the server, and whose user
     has one of `roles` (push, pull and add-user need an owner or admin: say so before the server
-    refuses some request half-way with a less helpful answer)."""
+    refuses some request half-way with a less helpful answer). `quick`: one try of a few seconds (a
+    check before other work), instead of the SDK's retries with backoff (seconds against a server that
+    is not there)."""
     import argilla as rg
 
-    with argilla_errors(url, doing):
-        client = rg.Argilla(api_url=url, api_key=api_key, timeout=120)
+    with argilla_errors(url, doing, url_option):
+        client = rg.Argilla(api_url=url, api_key=api_key, **({"timeout": 5, "retries": 0} if quick else {"timeout": 120}))
         me = client.me  # the SDK checks the key lazily on some paths: ask once, here
     role = getattr(me.role, "value", me.role)
     if role not in roles:

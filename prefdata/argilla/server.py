@@ -166,10 +166,10 @@ class LocalArgilla:
         if self._owner_path.exists():
             return
         owner = {"username": OWNER, "password": secrets.token_urlsafe(12), "api_key": secrets.token_urlsafe(32)}
-        _run([str(self.python), "-m", "argilla_server", "database", "users", "create", "--first-name", "Owner",
-              "--username", owner["username"], "--password", owner["password"], "--role", "owner",
-              "--api-key", owner["api_key"], "--workspace", DEFAULT_WORKSPACE],
-             "create the owner user", env=self._env(), umask=0o077)
+        # The password and key go in on stdin, never on a command line: any user of the machine reads
+        # those (`ps`, /proc/PID/cmdline) while the process runs.
+        _run([str(self.python), "-c", CREATE_OWNER], "create the owner user", env=self._env(), umask=0o077,
+             stdin=json.dumps({**owner, "workspace": DEFAULT_WORKSPACE}))
         _write_private(self._owner_path, json.dumps(owner))
 
     # -- start, stop, status ----------------------------------------------------------------------
@@ -238,8 +238,20 @@ class LocalArgilla:
             _wait_gone(running.pid, 10.0)
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, umask: int = -1) -> None:
-    result = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, umask=umask)
+# argilla-server's own `database users create` (the pinned version's), fed from stdin.
+CREATE_OWNER = """
+import asyncio, json, sys
+from argilla_server.cli.database.users.create import _create
+from argilla_server.models import UserRole
+o = json.load(sys.stdin)
+asyncio.run(_create(first_name="Owner", username=o["username"], role=UserRole.owner, password=o["password"],
+                    api_key=o["api_key"], workspace=[o["workspace"]]))
+"""
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, umask: int = -1, stdin: str | None = None) -> None:
+    result = subprocess.run(cmd, env=env, input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+                            capture_output=True, text=True, umask=umask)
     if result.returncode != 0:
         # the server CLI's own output may hold the key it was given: show only its error's last line
         tail = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]

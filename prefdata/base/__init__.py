@@ -6,8 +6,12 @@
     processes   servers a command starts die with it; a stopped command ends in seconds
     allocator   the bulk data commands keep freed memory for reuse (fewer page faults)
     progress    per-stage progress of a flow run, and how a command draws it
-    specs       the one syntax of judges, scorers and verifiers ("llm:PATH", "rm:PATH", "rule:mod:fn")
-    targets     the one loader of "module:function" settings
+    specs       the one syntax of judges, scorers and verifiers ("llm:PATH", "rm:PATH", "rule:NAME")
+    targets     the one loader of "module:function" targets (called only by registry)
+    registry    what a spec, a config or a run's parameters may name: registered verifiers, repairs,
+                evaluators and trainers; the paths, servers and variables a deployment's run may reach
+    yamlkeys    YAML as every file the project reads takes it (a key given twice refused)
+    files       a file opened only when it is a regular file, read with a bound (store files, side inputs)
 
 May import: nothing of prefdata.
 """

@@ -21,6 +21,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # off a terminal (apply_quiet_defaults), click's plain help: wrapped to $COLUMNS, at most this wide
+    context_settings={"max_content_width": 120},
 )
 _state = {"verbose": False}
 
@@ -43,9 +45,36 @@ def _write_json(path: Path | None, payload: dict) -> None:
             raise UnusableInput(f"--json {path}: cannot write it ({exc.strerror})") from None
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"prefdata {version('prefdata')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False) -> None:
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False,
+          version: Annotated[bool, typer.Option("--version", help="Print prefdata's version and exit.", is_eager=True,
+                                                callback=_print_version)] = False) -> None:
     _state["verbose"] = verbose
+
+
+# What the Makefile sets, applied by the command itself unless the user set them: no library phones
+# home (on a machine without network each attempt printed "Failed to send telemetry" errors). The
+# hub's offline mode is left to the user: a model named by its hub id needs the network.
+QUIET_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+
+
+def apply_quiet_defaults(environ=os.environ, stdout=sys.stdout) -> None:
+    for key, value in QUIET_DEFAULTS.items():
+        environ.setdefault(key, value)
+    if not stdout.isatty():
+        # Rich's help tables cut long option names and values to 80 columns off a terminal
+        # (`prompt_distributi…`); click's plain help wraps instead, and never cuts.
+        import typer.core
+
+        typer.core.HAS_RICH = False
 
 
 @app.command("import")
@@ -203,8 +232,12 @@ def show(ref: Annotated[str, typer.Argument(help="NAME@VERSION (or NAME for the 
         console.print(f"  parent: {m['lineage']['parent']}")
     report = m.get("check_report")
     if report:
-        console.print(f"  checks: {'passed' if report['passed'] else 'FAILED'}")
+        console.print(f"  checks: {'passed' if report['passed'] else 'FAILED'}"
+                      f" (checklist: {report.get('config_source') or 'as recorded in the report'})")
         for c in report["checks"]:
+            if (c.get("details") or {}).get("waived"):  # a stated reason, not a check that lacked its input
+                console.print(f"    waived {c['id']}: {c.get('message', '').removeprefix('waived: ')}")
+                continue
             console.print(f"    {c['status']:5}  {c['id']}  metric={c['metric']}  threshold={c['threshold']}")
     return 0
 
@@ -233,9 +266,19 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
 # (prefdata/flows/params.py), with their descriptions as help, written out here because importing
 # those pydantic models would triple `prefdata --help`'s time; tests/test_options.py holds every
 # name, default and help text equal to the field's.
+def _shipped_checklist(config: Path | None) -> Path | None:
+    """--config world: the demo world's checklist file, as the flows take it (flows.params.shipped)."""
+    if config is None or str(config) != "world" or config.exists():
+        return config
+    from prefdata.flows.params import shipped
+
+    return Path(shipped("world", "checklist"))
+
+
 CheckOpts = {
-    "config": typer.Option(help="Checklist YAML (thresholds, waivers), or small-data (the shipped preset for smoke "
-                                "runs on a few dozen pairs); default: checks/checklist.yaml."),
+    "config": typer.Option(help="Checklist YAML (thresholds, waivers), small-data (the shipped preset for smoke runs "
+                                "on a few dozen pairs) or world (the demo world's waivers); default: the one a "
+                                "validated version was validated with, else checks/checklist.yaml."),
     "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
     "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here "
                                     "(default: .prefdata/reports/NAME-VERSION)."),
@@ -328,10 +371,20 @@ def check(
     from prefdata.checks.checklist import load_config
     from prefdata.gate.runner import load_inputs, run_gate
 
+    config = _shipped_checklist(config)
     checklist = load_config(config)
     if list_checks:
         _list_checks(checklist)
         return 0
+    if config is None and data is not None and "@" in data and not Path(data).exists():
+        from prefdata.data.store import Store
+        from prefdata.gate.publishing import checklist_of
+
+        stored = Store(store)
+        checklist, source = checklist_of(stored, stored.get(data), None)
+        if source != "default":  # the version's own checklist, not the default it was never held to
+            print(f"prefdata: note: {data} is checked with the checklist it was {source[3:]}; --config "
+                  "names another", file=sys.stderr)
     if data is None:
         raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
                             "or --list-checks to list the checks")
@@ -429,7 +482,7 @@ def filter_cmd(
 
     writable_file(json_path, "--json")
     child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
-                                   load_config(config), name, votes=None if votes is None else str(votes))
+                                   load_config(_shipped_checklist(config)), name, votes=None if votes is None else str(votes))
     unchanged = counts.get("unchanged", False)
     summary = {**counts, "version": child.ref, "parent": None if unchanged else child.manifest["lineage"]["parent"]}
     _write_json(json_path, summary)
@@ -469,7 +522,7 @@ def publish(
         _print_results(validation.outcome.results, validation.passed)
         terminal().print(f"report: {validation.report_dir}")
 
-    published = publish_version(Store(store), ref, show=show, config=config, strict=strict, report_dir=report_dir,
+    published = publish_version(Store(store), ref, show=show, config=_shipped_checklist(config), strict=strict, report_dir=report_dir,
                                 scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts)
     terminal().print(f"{published.dataset}: {'already validated' if published.validation is None else 'validated'}")
     return 0
@@ -492,6 +545,27 @@ def _show_train_config(method: str) -> None:
         typer.echo(f"{name}: {value}" + (f"  # {text}" if text else ""))
 
 
+def _config_with_overrides(config: Path | None, assignments: list[str], max_steps: int | None) -> dict:
+    """The config file's mapping with `--set KEY=VALUE` (YAML values) and `--max-steps` over it; the
+    trainer's config class then checks every key and type as it checks the file's."""
+    import yaml
+
+    from prefdata.trainers.config import load_config_file
+
+    values = load_config_file(config)
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UnusableInput(f"--set {item!r}: write KEY=VALUE (e.g. --set learning_rate=5.0e-6)")
+        try:
+            values[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UnusableInput(f"--set {item!r}: the value is not YAML ({str(exc).splitlines()[0]})") from None
+    if max_steps is not None:
+        values["max_steps"] = max_steps
+    return values
+
+
 @app.command("train")
 def train_command(
     method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
@@ -504,6 +578,8 @@ def train_command(
     system_prompt: Annotated[Optional[str], typer.Option(help="A system prompt put before every prompt (default: the config's, else the one the version records).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
     show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="Stop after N optimizer steps: the config's max_steps (TRL's name).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="KEY=VALUE over any config field (a YAML value; repeatable), checked as the YAML is; the card records the effective config.")] = None,
     store: StoreOpt = None,
 ) -> int:
     """Train from a validated dataset version; the model card records the version, its hash, the config and the metrics."""
@@ -527,6 +603,8 @@ def train_command(
         from prefdata.world.build import model_or_world
 
         base_model = model_or_world(base_model)
+    if set_ or max_steps is not None:
+        config = _config_with_overrides(config, set_ or [], max_steps)
     result = train(method, dataset, config, store=store, output_dir=output_dir, base_model=base_model, chat=chat,
                    system_prompt=system_prompt, log=console.print, verbose=verbose)
     if verbose:
@@ -720,6 +798,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     command = next((a for a in args if not a.startswith("-")), None)
+    apply_quiet_defaults()
     if command in _FLOW_COMMANDS | {"run"} and "PREFECT_HOME" not in os.environ:
         # One Prefect home for every command that runs flows (the Makefile's too): `prefdata serve` in one
         # shell and `prefdata run` in another meet in the same database. Set before Prefect is imported.

@@ -25,6 +25,23 @@ WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's pr
 WEAK_JUDGE_SHARE = 0.2
 
 
+def argilla_ready(url: str) -> str:
+    """The Argilla server's URL once its key is found as `argilla push` finds it ($ARGILLA_API_KEY, else the
+    running local server's owner key) and checked against it; the key goes where the flow reads it (this
+    process's environment), never to the screen. One line with the fix otherwise."""
+    from prefdata.argilla.client import connect
+    from prefdata.commands.argilla import _connection
+
+    try:
+        url, key = _connection(url, None)
+    except UnusableInput:
+        raise UnusableInput(f"--humans argilla: no API key for {url}: set ARGILLA_API_KEY, or start the local "
+                            "server with `prefdata argilla up` (its owner key is then found)") from None
+    connect(url, key, "collect --humans argilla", quick=True, url_option="--argilla-url")
+    os.environ["ARGILLA_API_KEY"] = key
+    return url
+
+
 def judge_params(spec: str, option: str = "--judge") -> dict[str, Any]:
     """A judge spec (prefdata.base.specs) -> the collect flow's Judge fields, checked as far as can be
     before anything is sampled; UnusableInput (one line, naming `option`) for a bad spec."""
@@ -127,7 +144,8 @@ def collect_command(
     cache_dir: Annotated[Path, typer.Option(help="Where sampled and judged chunks persist: a rerun resumes from them.")]
     = Path(".prefdata/cache"),
     queue_dir: Annotated[Path, typer.Option(help="Where the human queue is written (NAME.jsonl).")] = Path(".prefdata/queues"),
-    argilla_url: Annotated[str, typer.Option(help="--humans argilla: the server (API key in $ARGILLA_API_KEY).")]
+    argilla_url: Annotated[str, typer.Option(help="--humans argilla: the server (API key in $ARGILLA_API_KEY, else "
+                                                  "the local server's owner key, as `prefdata argilla push`).")]
     = "http://127.0.0.1:6900",
     guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
@@ -153,6 +171,8 @@ def collect_command(
     say = terminal().print
     if humans not in ("queue", "argilla"):
         raise UnusableInput(f"--humans {humans!r}: choose queue or argilla")
+    if humans == "argilla":  # before any sampling: a missing key or server fails now, not after the judge
+        argilla_url = argilla_ready(argilla_url)
     from prefdata.data.formats import AGGREGATES
 
     if aggregate not in AGGREGATES:
@@ -241,6 +261,9 @@ def collect_command(
     say(f"route: {', '.join(f'{n} {r}' for r, n in result['routes']['route'].items()) or 'nothing'}")
     say(f"humans: {result['queued']} queued ({result['queue']}), {result['votes']} votes")
     say(f"draft: {result['version']}")
+    if humans == "argilla":
+        say(f"argilla: dataset {name!r} in workspace {Argilla.model_fields['workspace'].default!r} at {argilla_url} "
+            "(annotators' votes come in with `prefdata argilla pull`, or a later collect)")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -64,8 +64,10 @@ def load_demo_config(path: Path | None, kind: type = DemoConfig):
 
     if path is None:
         return kind()
+    from prefdata.base.yamlkeys import load_yaml
+
     try:
-        values = yaml.safe_load(Path(path).read_text()) or {}
+        values = load_yaml(Path(path).read_text(), f"demo config {path}") or {}
         return kind(**values)
     except (OSError, yaml.YAMLError, TypeError, ValueError) as exc:
         raise UnusableInput(f"demo config {path}: {exc}") from None

@@ -208,7 +208,9 @@ def _checklist(config: ChatDemoConfig, out_dir: Path) -> Path:
 
     if not config.repair:
         return Path(config.checklist)
-    checklist = yaml.safe_load(Path(config.checklist).read_text(encoding="utf-8"))
+    from prefdata.base.yamlkeys import load_yaml
+
+    checklist = load_yaml(Path(config.checklist).read_text(encoding="utf-8"), str(config.checklist))
     checklist.setdefault("checks", {})["same_policy"] = {"waive": REPAIR_WAIVER}
     path = out_dir / "checklist.yaml"
     path.write_text(yaml.safe_dump(checklist, sort_keys=False), encoding="utf-8")

@@ -53,6 +53,7 @@ import polars as pl
 from prefdata import __version__
 from prefdata.data.card import render_card
 from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.base.files import NotRegularFile, kind_of, open_regular, read_at_most
 from prefdata.base.scratch import alive, scratch
 
 DEFAULT_ROOT = os.path.join(".prefdata", "store")
@@ -119,6 +120,19 @@ SIGNED_FIELDS = ("name", "version", "status", "created_at", "prefdata_version", 
 _SIGNED_V1 = ("name", "version", "files", "status", "check_report", "status_history")
 _MAC_TAGS = {SIGNED_FIELDS: b"prefdata status v2\0", _SIGNED_V1: b"prefdata status v1\0"}
 DAMAGED = "damaged"  # the status shown for a version whose manifest cannot be read
+# The manifest is read whole and parsed: one line per file, the check report (offending ids cut to a
+# few each) and the status history. A 10 000-shard version's is ~2 MB; 16 MiB is far past any real
+# one, and bounds what json.loads holds (~10x the bytes) when a manifest is swapped for something huge.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+class DamagedFile(GateFailed):
+    """A file of a version that is not what the store wrote: not a regular file (a symlink, FIFO,
+    socket or device, none of which is ever opened or followed), or not the size its manifest records."""
+
+    def __init__(self, rel: str, reason: str):
+        super().__init__(f"{rel} {reason}")
+        self.rel, self.reason = rel, reason
 
 
 def _canonical(obj: Any) -> bytes:
@@ -604,17 +618,43 @@ class Store:
             raise
 
     # -- reading ---------------------------------------------------------------------------
+    def _open(self, path: str, rel: str):
+        """A file inside the store opened for reading, and its size. A local store's must be a regular
+        file, told by lstat before any open: a symlink (to /dev/zero, or out of the store), a FIFO
+        (whose open blocks), a socket or a device is a DamagedFile naming it, never opened or read."""
+        if not self.local:
+            return self.fs.open(path, "rb"), self.fs.size(path)
+        try:
+            handle = open_regular(path)
+        except NotRegularFile as exc:
+            raise DamagedFile(rel, f"is {exc.kind}, not a regular file") from None
+        except OSError as exc:
+            raise DamagedFile(rel, f"cannot be read ({exc.strerror})") from None
+        return handle, os.fstat(handle.fileno()).st_size
+
     def _read_manifest(self, name: str, version: str) -> dict[str, Any]:
-        with self.fs.open(f"{self._dir(name, version)}/{MANIFEST}", "rb") as handle:
-            return json.loads(handle.read())
+        """The parsed manifest; DamagedFile when it is no regular file, or bigger than
+        MAX_MANIFEST_BYTES (told by its size before reading, and by reading at most one byte more)."""
+        folder = self._dir(name, version)
+        if self.local and os.path.islink(folder):  # its files would lie outside the store, wherever it points
+            raise DamagedFile(MANIFEST, "lies in a version folder that is a symlink, not a folder of the store")
+        handle, size = self._open(f"{folder}/{MANIFEST}", MANIFEST)
+        with handle:
+            data = b"" if size > MAX_MANIFEST_BYTES else read_at_most(handle, MAX_MANIFEST_BYTES)
+        if size > MAX_MANIFEST_BYTES or len(data) > MAX_MANIFEST_BYTES:
+            raise DamagedFile(MANIFEST, f"is larger than {MAX_MANIFEST_BYTES >> 20} MiB, more than any manifest "
+                                        "prefdata writes")
+        return json.loads(data)
 
     def _version(self, name: str, version: str) -> Version:
-        """The version in NAME/VERSION; one whose manifest cannot be read (not JSON, not an object,
-        a field missing or of the wrong type) is a DAMAGED version, which lists as such and fails
-        verify, never an error that hides its sibling versions."""
+        """The version in NAME/VERSION; one whose manifest cannot be read (no regular file, too big,
+        not JSON, not an object, a field missing or of the wrong type) is a DAMAGED version, which lists
+        as such and fails verify, never an error (or a hang) that hides its sibling versions."""
         try:
             manifest = self._read_manifest(name, version)
             problem = _manifest_problem(manifest)
+        except DamagedFile as exc:
+            problem = f"it {exc.reason}"
         except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
             problem = f"not valid JSON ({exc})"
         if problem:
@@ -657,15 +697,44 @@ class Store:
         frames = []
         for rel in sorted(f for f in v.manifest["files"] if f.startswith(folder + "/")):
             if split is None or rel.split("/")[1].startswith(split + "-"):
-                with self.fs.open(f"{self._dir(v.name, v.version)}/{rel}", "rb") as handle:
-                    frames.append(pl.read_parquet(handle.read()))
+                frames.append(pl.read_parquet(self._read_file(v, rel)))
         if not frames:
             raise UnusableInput(f"{v.ref} has no {config!r} table" + (f" split {split!r}" if split else ""))
         return pl.concat(frames, how="diagonal")
 
     def read_text(self, ref: str, rel: str) -> str:
-        with self.fs.open(f"{self.path(ref)}/{rel}", "rb") as handle:
-            return handle.read().decode("utf-8")
+        return self._read_file(self.get(ref), rel).decode("utf-8")
+
+    def _open_version_file(self, v: Version, rel: str):
+        """One file of a version opened for reading, with its size: a regular file of the size its
+        manifest records. Anything else is one line (GateFailed) naming it, pointing to verify."""
+        info = v.manifest["files"].get(rel)
+        if not isinstance(info, dict):
+            raise UnusableInput(f"{v.ref} has no file {rel}")
+        try:
+            handle, size = self._open(f"{self.version_dir(v)}/{rel}", rel)
+            if size != info.get("bytes"):
+                handle.close()
+                raise DamagedFile(rel, f"is {size} bytes, its manifest says {info.get('bytes')}")
+        except DamagedFile as exc:
+            raise GateFailed(f"{v.ref}: {exc}: run `prefdata verify {v.ref}`") from None
+        return handle, size
+
+    def _read_file(self, v: Version, rel: str) -> bytes:
+        """One file of a version, whole, never more of it than the manifest's size + 1 bytes."""
+        handle, size = self._open_version_file(v, rel)
+        with handle:
+            data = read_at_most(handle, size)
+        if len(data) != size:
+            raise GateFailed(f"{v.ref}: {rel} changed size while it was read: run `prefdata verify {v.ref}`")
+        return data
+
+    def file_path(self, v: Version, rel: str) -> str:
+        """The path (of `self.fs`) of one file of a version, for a reader that opens it itself (a
+        shard at a time), once it is known to be a regular file of the size the manifest records."""
+        handle, _ = self._open_version_file(v, rel)
+        handle.close()
+        return f"{self.version_dir(v)}/{rel}"
 
     def verify(self, ref: str) -> list[str]:
         """Every problem with a version: a changed, missing or extra file (dot-files and empty
@@ -703,23 +772,21 @@ class Store:
         folder = self._dir(v.name, v.version)
         problems = []
         expected = v.manifest["files"]
-        present, folders = set(), set()
-        for path, info in self.fs.find(folder, withdirs=True, detail=True).items():
-            rel = path.rstrip("/")[len(folder) + 1 :]
-            if rel:
-                (folders if info["type"] == "directory" else present).add(rel)
-        present.discard(MANIFEST)
+        present, folders = self._listing(folder)
+        present.pop(MANIFEST, None)
         for rel in sorted(expected):
             if rel not in present:
                 problems.append(f"missing: {rel}")
-                continue
-            digest = self._hash_file(f"{folder}/{rel}", f"{copy_to}/{rel}" if copy_to else None)
-            if digest != expected[rel]["sha256"]:
-                problems.append(f"changed: {rel} (sha256 {digest[:12]}, manifest says {expected[rel]['sha256'][:12]})")
-        problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
+            elif present[rel]:  # never opened: a FIFO would block, /dev/zero would never end
+                problems.append(f"damaged: {rel} is {present[rel]}, not a regular file")
+            else:
+                problem = self._file_problem(folder, rel, expected[rel], f"{copy_to}/{rel}" if copy_to else None)
+                problems += [problem] if problem else []
+        problems += [f"extra: {rel}" + (f" ({present[rel]})" if present[rel] else "")
+                     for rel in sorted(set(present) - set(expected))]
         # a folder holding no file at all is extra too (one holding an extra file is named by it)
         problems += [f"extra: {d}/" for d in sorted(folders)
-                     if not any(f.startswith(d + "/") for f in present | set(expected))]
+                     if not any(f.startswith(d + "/") for f in set(present) | set(expected))]
         if version_id(expected) != v.version:
             problems.append(f"manifest: its file hashes give version {version_id(expected)}, not {v.version}")
         if (v.manifest.get("name"), v.manifest.get("version")) != (v.name, v.version):
@@ -727,24 +794,68 @@ class Store:
                             f"but lies in {v.ref}'s folder")
         return problems + self.status_problems(v.manifest)
 
-    def _hash_file(self, path: str, copy_to: str | None = None, block: int = 1 << 22) -> str:
-        """sha256 of a file read once, a block at a time; with `copy_to`, the blocks hashed are
-        the blocks written there."""
-        digest = hashlib.sha256()
-        sink = None
-        if copy_to is not None:
-            os.makedirs(os.path.dirname(copy_to), exist_ok=True)
-            sink = open(copy_to, "wb")
+    def _listing(self, folder: str) -> tuple[dict[str, str | None], set[str]]:
+        """Everything under a version folder: each file's relative path -> what it is when it is not a
+        regular file (None when it is), and every folder. A local store's is walked by lstat, so a
+        symlink is an entry of its own, never followed (a link to / would walk the whole disk)."""
+        files: dict[str, str | None] = {}
+        folders: set[str] = set()
+        if not self.local:
+            for path, info in self.fs.find(folder, withdirs=True, detail=True).items():
+                rel = path.rstrip("/")[len(folder) + 1 :]
+                if rel:
+                    if info["type"] == "directory":
+                        folders.add(rel)
+                    else:
+                        files[rel] = None
+            return files, folders
+        stack = [""]
+        while stack:  # not recursion: a version folder nested a thousand deep is one more problem, not a crash
+            top = stack.pop()
+            with os.scandir(f"{folder}/{top}" if top else folder) as entries:
+                for entry in entries:
+                    rel = f"{top}/{entry.name}" if top else entry.name
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISDIR(mode):
+                        folders.add(rel)
+                        stack.append(rel)
+                    else:
+                        files[rel] = kind_of(mode)
+        return files, folders
+
+    def _file_problem(self, folder: str, rel: str, info: dict[str, Any], copy_to: str | None = None,
+                      block: int = 1 << 22) -> str | None:
+        """What is wrong with one file of a version, read once, a block at a time, and hashed; with
+        `copy_to`, the blocks hashed are the blocks written there. A size other than the manifest's
+        `bytes` is a change told without reading, and no more than `bytes` + 1 is ever read, so a file
+        that grows meanwhile is told too, and never fills memory or the copy's disk."""
         try:
-            with self.fs.open(path, "rb") as handle:
-                for chunk in iter(lambda: handle.read(block), b""):
+            handle, size = self._open(f"{folder}/{rel}", rel)
+        except DamagedFile as exc:
+            return f"damaged: {exc}"
+        recorded = info.get("bytes")
+        with handle:
+            if size != recorded:
+                return f"changed: {rel} ({size} bytes, manifest says {recorded})"
+            digest, left = hashlib.sha256(), size + 1
+            sink = None
+            if copy_to is not None:
+                os.makedirs(os.path.dirname(copy_to), exist_ok=True)
+                sink = open(copy_to, "wb")
+            try:
+                while left > 0 and (chunk := handle.read(min(block, left))):
                     digest.update(chunk)
+                    left -= len(chunk)
                     if sink is not None:
                         sink.write(chunk)
-        finally:
-            if sink is not None:
-                sink.close()
-        return digest.hexdigest()
+            finally:
+                if sink is not None:
+                    sink.close()
+        if left <= 0:
+            return f"changed: {rel} (it grew past the manifest's {recorded} bytes while it was read)"
+        if digest.hexdigest() != info["sha256"]:
+            return f"changed: {rel} (sha256 {digest.hexdigest()[:12]}, manifest says {info['sha256'][:12]})"
+        return None
 
 
 def _manifest_problem(manifest: Any) -> str | None:

@@ -51,6 +51,23 @@ class Publication:
     validation: Validation | None  # None: it was validated already, nothing ran
 
 
+def checklist_of(store, version, config: str | Path | None) -> tuple[dict[str, Any], str]:
+    """The checklist to run on a stored version, and where it came from: `config` when given; else the
+    one its signed report records it was validated (or rejected) with, so a version is checked again
+    as it was published (only a status whose signature holds); else the default."""
+    from prefdata.checks.checklist import load_config
+
+    if config is not None:
+        return load_config(config), str(config)
+    report = version.manifest.get("check_report") or {}
+    signed = version.status in ("validated", "rejected") and not store.status_problems(version.manifest)
+    if signed and isinstance(report.get("config"), dict):
+        source = report.get("config_source") or "its report"
+        return (load_config(recorded=report["config"], where=f"{version.ref}'s recorded checklist"),
+                f"as {version.status} ({source})")
+    return load_config(None), "default"
+
+
 def validate_version(
     store,
     ref: str,
@@ -68,18 +85,18 @@ def validate_version(
     """Run the checklist on a stored version and write its reports; the status is left as it is.
     `read_from`: a Store holding the version's bytes to check (a `pinned` copy); an --eval version
     is still looked up in `store`. `dask`: run_gate's (the workers must reach the store's files)."""
-    from prefdata.checks.checklist import load_config
     from prefdata.gate.runner import load_inputs, run_gate
 
     v = store.get(ref)
     folder = Path(report_dir or default_report_dir(v.name, v.version)).resolve()
-    checklist = load_config(config)
+    checklist, config_source = checklist_of(store, v, config)
     inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
                                eval_store=store.url,
                                reference_prompts=Path(reference_prompts) if reference_prompts else None,
                                docs_dir=folder / "gx")
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}", dask=dask)
-    report = {**outcome.report, "config": checklist, "strict": strict or bool(checklist.get("strict")), "input": info}
+    report = {**outcome.report, "config": checklist, "config_source": config_source,
+              "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
     return Validation(v.ref, outcome, report, folder)

@@ -13,9 +13,13 @@ from typing import Any
 import polars as pl
 
 from prefdata.base.errors import UnusableInput
+from prefdata.base.files import read_side_file
 from prefdata.data.readers import read_rows
 
 PROMPT_COLUMNS = ("prompt", "text", "question", "instruction", "turns")
+# A .txt of reference prompts is read whole: a million prompts of 256 bytes. A distribution test gains
+# nothing from more; a bigger sample belongs in a .jsonl or .parquet table, which is read as a stream.
+MAX_PROMPTS_TXT_BYTES = 256 << 20
 
 
 @dataclass
@@ -30,10 +34,7 @@ def read_prompts(path: str | Path) -> pl.Series:
     """Reference prompts: a .txt file (one per line) or any table with a prompt-like column."""
     path = Path(path)
     if path.suffix.lower() == ".txt":
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UnusableInput(f"{path}: cannot read reference prompts ({exc})") from None
+        lines = read_side_file(path, "--reference-prompts", MAX_PROMPTS_TXT_BYTES).splitlines()
         prompts = [line for line in lines if line.strip()]
     else:
         rows = [r.data for r in read_rows(path) if r.data is not None]
@@ -47,13 +48,11 @@ def read_prompts(path: str | Path) -> pl.Series:
     return pl.Series("prompt", prompts, dtype=pl.String)
 
 
-def read_text(path: Path | None) -> str | None:
+def read_text(path: Path | None, what: str = "--card") -> str | None:
+    """A side file's text (the card): a regular file of bounded size, never /dev/zero or a FIFO."""
     if path is None:
         return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(f"{path}: cannot read it ({exc})") from None
+    return read_side_file(path, what)
 
 
 def load_inputs(
@@ -164,8 +163,7 @@ def _version_shards(st, v, config: str):
     batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
     if not any(found and int(found[1]) > 1 for found in batches):
         return None
-    root = st.version_dir(v)
-    return Shards([f"{root}/{rel}" for rel in files], fs=None if st.local else st.fs)
+    return Shards([st.file_path(v, rel) for rel in files], fs=None if st.local else st.fs)
 
 
 def _thin(shards, shape=None):
