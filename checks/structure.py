@@ -70,10 +70,13 @@ def _train(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _blank(column: str) -> pl.Expr:
-    """Null, empty or whitespace-only text: no character outside Unicode White_Space. The same as
-    `.str.strip_chars()` leaving nothing (Rust's trim strips White_Space, which the regex class \\s
-    is; checked over every code point), without making a stripped copy of the column."""
-    return ~pl.col(column).cast(pl.String).fill_null("").str.contains(r"\S")
+    """Null, empty, or nothing but whitespace, blanks (U+2800 used as a space) and invisible characters
+    (a lone zero-width space): the texts normalising (prefdata.data.records) turns into nothing. One
+    anchored match, which stops at the first visible character, without a normalised copy."""
+    from prefdata.data.records import character_classes
+
+    invisible, blank = character_classes()
+    return pl.col(column).cast(pl.String).fill_null("").str.contains(rf"^(?:\s|[\x1c-\x1f]|{invisible}|{blank})*$")
 
 
 # Prefix lengths compared before normalising in full: a short, cheap one on every row, then a

@@ -855,3 +855,46 @@ def test_add_user_twice_keeps_and_never_prints_a_password_that_does_not_work(arg
                           timeout=30).status_code
 
     assert login("first-pass-1234") in (200, 201) and login("wrong-pass-1234") == 401
+
+
+def test_collect_humans_argilla_finds_and_checks_its_key_first(argilla, tmp_path):
+    """Issue 43 item 4: without ARGILLA_API_KEY, collect sampled and judged for a minute, then asked for
+    an --api-key it does not have. Now the key is found as `argilla push` finds it and checked against
+    the server before anything is sampled; a missing key or a dead server is one line with the fix; a
+    run ends naming the Argilla dataset and its server."""
+    from prefdata.argilla.server import free_port
+
+    _, info = argilla
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ARGILLA_")}
+
+    def collect(url: str, env: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "prefdata", "collect", "--prompts", "world", "--n", "2",
+                               "--policy", "world", "--judge", "world", "--humans", "argilla", "--argilla-url", url,
+                               "--name", "cli-argilla", "--store", str(tmp_path / "store"), "--cache-dir",
+                               str(tmp_path / "cache"), "--queue-dir", str(tmp_path / "q")],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+
+    dead = collect(f"http://127.0.0.1:{free_port()}", {**base, "ARGILLA_API_KEY": "some-key-123"})
+    keyless = collect(f"http://127.0.0.1:{free_port()}", base)
+    for run, words in ((dead, "cannot reach Argilla"), (keyless, "no API key")):
+        assert run.returncode == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.stderr
+        assert not (tmp_path / "cache").exists() and "sample" not in run.stderr  # nothing was sampled
+    assert "--argilla-url" in dead.stderr and "ARGILLA_API_KEY" in keyless.stderr
+    done = collect(info.url, {**base, "ARGILLA_API_KEY": info.api_key})
+    assert done.returncode == 0, done.stderr
+    assert f"argilla: dataset 'cli-argilla' in workspace 'prefdata' at {info.url}" in done.stdout + done.stderr
+    assert info.api_key not in done.stdout + done.stderr
+
+
+def test_a_key_can_come_from_stdin_never_the_command_line(argilla, tmp_path):
+    _, info = argilla
+    (tmp_path / "q.jsonl").write_text(json.dumps({"pair_id": "s1", "prompt": "p", "response_a": "a", "response_b": "b"}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGILLA_")}
+    pushed = subprocess.run([sys.executable, "-m", "prefdata", "argilla", "push", str(tmp_path / "q.jsonl"),
+                             "--dataset", "from-stdin", "--url", info.url, "--api-key", "-"],
+                            input=info.api_key + "\n", capture_output=True, text=True, env=env, timeout=120)
+    assert pushed.returncode == 0, pushed.stderr
+    empty = subprocess.run([sys.executable, "-m", "prefdata", "argilla", "push", str(tmp_path / "q.jsonl"),
+                            "--dataset", "from-stdin", "--url", info.url, "--api-key", "-"],
+                           input="", capture_output=True, text=True, env=env, timeout=120)
+    assert empty.returncode == 2 and "--api-key -: nothing on stdin" in empty.stderr

@@ -497,3 +497,20 @@ def test_guidelines_ignore_front_matter_and_fail_without_a_card():
     assert result.offending == ("Rubric",)
     absent = check_annotation_guidelines(None)
     assert absent.status == "fail" and absent.metric == 0.0 and absent.offending == GUIDELINE_SECTIONS
+
+
+def test_a_reply_of_invisible_or_blank_characters_is_empty():
+    """Issue 44 item 4: a reply of nothing but a zero-width space or a Braille blank was not empty to
+    degenerate_pairs. `_blank` holds exactly where normalising leaves nothing, on every code point."""
+    from prefdata.checks.structure import _blank
+    from prefdata.data.records import normalise_text
+
+    texts = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    blank = pl.DataFrame({"t": texts}).select(_blank("t")).to_series().to_list()
+    assert blank == [normalise_text(t) == "" for t in texts]
+    pairs = pl.DataFrame({"id": ["z", "b"], "prompt": ["q1", "q2"], "chosen": ["\u200b", "\u2800 \u2800"],
+                          "rejected": ["an answer", "another"]})
+    from prefdata.checks.structure import check_degenerate_pairs
+
+    result = check_degenerate_pairs(pairs)
+    assert result.status == "fail" and set(result.offending) == {"z", "b"}

@@ -19,7 +19,7 @@ app = typer.Typer(help="Human labels in Argilla: a local server (up/down/status)
 # left "Argilla URL ." on the screen. Parentheses survive.
 DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Server folder (default: $PREFDATA_ARGILLA, else .prefdata/argilla).")]
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Argilla URL (default: $ARGILLA_API_URL, else the local server's).")]
-KeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key of an owner or workspace admin (default: $ARGILLA_API_KEY, else the local owner's).")]
+KeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key of an owner or workspace admin (default: $ARGILLA_API_KEY, else the local owner's); - reads it from stdin, since every user of the machine can read a command line.")]
 DatasetOpt = Annotated[str, typer.Option("--dataset", help="Argilla dataset name.")]
 WorkspaceOpt = Annotated[str, typer.Option("--workspace", help="Argilla workspace.")]
 
@@ -28,8 +28,22 @@ def _say(text: str) -> None:
     typer.echo(text)
 
 
+def from_stdin(value: str | None, what: str) -> str | None:
+    """`-` as a secret read from stdin's next line (a command line is readable by every user: `ps`)."""
+    if value != "-":
+        return value
+    import sys
+
+    line = sys.stdin.readline().rstrip("\r\n")
+    if not line:
+        raise UnusableInput(f"{what} -: nothing on stdin; pipe the secret in (e.g. from a 0600 file: < key.txt)")
+    return line
+
+
 def _connection(url: str | None, api_key: str | None, workdir: Path | None = None) -> tuple[str, str]:
-    """Explicit values, then ARGILLA_API_URL / ARGILLA_API_KEY, then the running local server's."""
+    """Explicit values (`-`: from stdin), then ARGILLA_API_URL / ARGILLA_API_KEY, then the running local
+    server's."""
+    api_key = from_stdin(api_key, "--api-key")
     url = url or os.environ.get("ARGILLA_API_URL")
     api_key = api_key or os.environ.get("ARGILLA_API_KEY")
     if url and api_key:
@@ -86,7 +100,7 @@ def status(workdir: DirOpt = None) -> int:
 @app.command("add-user")
 def add_user_cmd(
     username: Annotated[str, typer.Argument(help="Login name (lowercase letters, digits, - and _).")],
-    password: Annotated[Optional[str], typer.Option(help="Web UI password (default: a random one, printed).")] = None,
+    password: Annotated[Optional[str], typer.Option(help="Web UI password (default: a random one, printed); - reads it from stdin (after the key, with --api-key -), since every user of the machine can read a command line.")] = None,
     role: Annotated[str, typer.Option(help="annotator, admin or owner.")] = "annotator",
     workspace: WorkspaceOpt = "prefdata",
     url: UrlOpt = None, api_key: KeyOpt = None, workdir: DirOpt = None,
@@ -97,7 +111,7 @@ def add_user_cmd(
     from prefdata.argilla.client import ensure_user
 
     url, api_key = _connection(url, api_key, workdir)
-    new_password = password or secrets.token_urlsafe(9)
+    new_password = from_stdin(password, "--password") or secrets.token_urlsafe(9)
     user_key, created, actual_role = ensure_user(url=url, api_key=api_key, username=username, password=new_password,
                                                  role=role, workspace=workspace)
     if created:
