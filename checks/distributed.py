@@ -768,8 +768,22 @@ LOCAL = r"local:(\d+)"
 ADDRESS = r"(tcp|tls|ws|wss|ucx|inproc)://[^\s/:]+(:\d+)?|[^\s/:]+:\d+"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or `taskset` narrows;
+    os.cpu_count() where the platform has no affinity)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def check_address(spec: str) -> str:
-    """`--dask SPEC` checked before any work: local:N (N >= 1) or a scheduler's address, else one line."""
+    """`--dask SPEC` (and a flow's `dask`) checked before any work: local:N or a scheduler's address,
+    else one line. N is 1 to twice the cores this process may use (usable_cores): each local worker is a
+    process of one thread, so workers past the cores add memory (~100 MB each and their partitions), not
+    speed; twice lets a worker read while another computes (bench/RESULTS.md's 4 workers on 2 cores)."""
     import re
 
     from prefdata.base.errors import UnusableInput
@@ -780,6 +794,11 @@ def check_address(spec: str) -> str:
                             "tcp://HOST:8786")
     if local is not None and int(local[1]) < 1:
         raise UnusableInput(f"--dask {spec!r}: local:N needs at least one worker")
+    most = 2 * usable_cores()
+    if local is not None and int(local[1]) > most:
+        raise UnusableInput(f"--dask {spec!r}: local:N is at most two workers per core, and this machine gives this "
+                            f"process {most // 2} (local:{most}); for more workers, start a Dask cluster and give its "
+                            "scheduler's address (tcp://HOST:8786)")
     return spec.strip()
 
 

@@ -187,7 +187,7 @@ def parse_score(row: Mapping[str, Any], name: str) -> float | None:
     return value
 
 
-_SPLIT = re.compile(r"^[A-Za-z0-9_]+$")
+_SPLIT = re.compile(r"[A-Za-z0-9_]+")  # used with fullmatch: `$` would also allow a final "\n" ("test\n")
 
 
 def optional_text(value: Any) -> str:
@@ -198,7 +198,7 @@ def optional_text(value: Any) -> str:
 
 def _optional(row: Mapping[str, Any]) -> dict[str, Any]:
     split = row.get("split")
-    if split is not None and not _SPLIT.match(str(split)):
+    if split is not None and not _SPLIT.fullmatch(str(split)):
         raise RowRejected("invalid_split", f"split {split!r} must be letters, digits or '_' (e.g. train, test)")
     kept: dict[str, Any] = {}
     for name in SCORE_COLUMNS:

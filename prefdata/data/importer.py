@@ -20,7 +20,7 @@ from prefdata.data.comparison_batches import TEXTS, ComparisonBatches, SpilledCo
 from prefdata.data.formats import CONVERTERS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
 from prefdata.data.readers import ROW_BYTES_PER_TEXT_BYTE, RawRow, read_rows
 from prefdata.data.records import COMPARISON_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
-from prefdata.data.rows import check_format, convert_rows, quarantine_entry, records_frame
+from prefdata.data.rows import check_format, convert_rows, given_ids, quarantine_entry, records_frame
 
 if TYPE_CHECKING:
     from prefdata.data.store import Store, Version
@@ -231,7 +231,9 @@ def import_rows(
     rows = list(read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
     fmt = _choose_format(path, rows, fmt)
     tracked = track(rows, f"importing {path.name}", len(rows)) if track else rows
-    converted, quarantine = convert_rows(path, tracked, CONVERTERS[fmt], max_text_bytes, {})
+    # the file's source ids reserved: a row without one is never numbered onto one (rows.assign_id), so
+    # which row keeps an id does not depend on row order
+    converted, quarantine = convert_rows(path, tracked, CONVERTERS[fmt], max_text_bytes, {}, reserved=given_ids(rows))
     pairs = records_frame([c.record for c in converted if c.kind == "pair"], PAIR_COLUMNS)
     comparisons = [c.record for c in converted if c.kind == "comparison"]
     vote_rows = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]

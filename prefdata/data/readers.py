@@ -28,6 +28,10 @@ from prefdata.base.errors import UnusableInput
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# The largest zstd window (the history a frame may refer back to) read: 128 MiB, what `zstd -d` reads
+# without --long and what the decoder then holds at most. A frame written with `zstd --long=28..31` from
+# a stream (no size in its header) asks for up to 2 GiB; it is refused in one line that says how to read it.
+MAX_ZSTD_WINDOW_LOG = 27
 COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 PARQUET_MAGIC = b"PAR1"
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which Windows tools put before the first row
@@ -217,17 +221,19 @@ class _Zstd(io.RawIOBase):
 
     zstandard's stream_reader ends quietly on a file cut inside a frame, so this drives a
     decompressobj itself: a file that ends inside a frame, or bytes that are not a frame, raise an
-    OSError (as gzip's damage does, so every reader's `except` catches it). Input goes in by
+    OSError (as gzip's damage does, so every reader's `except` catches it); a frame whose window is
+    over MAX_ZSTD_WINDOW_LOG is not damage, and raises UnusableInput saying so. Input goes in by
     FEED_BYTES: a zstd block of one repeated byte packs 128 KB into 4 bytes, so this bounds what one
     call can expand to (~64 MB for a bomb), not the file."""
 
     FEED_BYTES = 2048
 
-    def __init__(self, handle):
+    def __init__(self, handle, path: Path | str = ""):
         import zstandard
 
-        self._handle, self._zstd = handle, zstandard
-        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._handle, self._zstd, self._path = handle, zstandard, path
+        self._frame = self._new_frame()
+        self._head = b""  # the current frame's first bytes (its header: the window it asks for)
         self._begun = False  # input given to the current frame
         self._out, self._at, self._ended = b"", 0, False
 
@@ -253,14 +259,36 @@ class _Zstd(io.RawIOBase):
         out = []
         while data:
             if self._frame.eof:  # the frame is over: the next one starts here
-                self._frame = self._zstd.ZstdDecompressor().decompressobj()
+                self._frame, self._head = self._new_frame(), b""
             self._begun = True
+            if len(self._head) < 18:  # a frame header is at most 18 bytes
+                self._head += data[:18 - len(self._head)]
             try:
                 out.append(self._frame.decompress(data))
             except self._zstd.ZstdError as exc:
+                if "too much memory" in str(exc):
+                    raise self._window_too_large() from None
                 raise OSError(f"corrupt zstd data ({exc})") from None
             data = self._frame.unused_data if self._frame.eof else b""
         return b"".join(out)
+
+    def _new_frame(self):
+        return self._zstd.ZstdDecompressor(max_window_size=1 << MAX_ZSTD_WINDOW_LOG).decompressobj()
+
+    def _window_too_large(self) -> UnusableInput:
+        """A frame whose window is over MAX_ZSTD_WINDOW_LOG (`zstd --long=31` of a stream): not corrupt, but
+        more history than prefdata holds. One line (exit 2) saying so and how to read it."""
+        try:
+            size = self._zstd.get_frame_parameters(self._head).window_size
+            asks = f"a window of {size / (1 << 20):g} MiB (2^{size.bit_length() - 1})"
+        except (self._zstd.ZstdError, ValueError):
+            asks = "a larger window"
+        limit = 1 << MAX_ZSTD_WINDOW_LOG
+        return UnusableInput(
+            f"{self._path}: zstd data written with a long window (`zstd --long=N`, N > {MAX_ZSTD_WINDOW_LOG}): it asks "
+            f"for {asks}, more than the {limit >> 20} MiB (--long={MAX_ZSTD_WINDOW_LOG}) prefdata reads; the file is "
+            f"not corrupt: decompress it first (`zstd -d --long=31 FILE`) and import the result, or compress it "
+            f"with --long={MAX_ZSTD_WINDOW_LOG} or less")
 
     def close(self) -> None:
         if not self.closed:
@@ -283,7 +311,7 @@ def _open_data(path: Path):
     if head[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=handle, mode="rb")
     if head == ZSTD_MAGIC:
-        return io.BufferedReader(_Zstd(handle), 1 << 20)
+        return io.BufferedReader(_Zstd(handle, path), 1 << 20)
     return handle
 
 

@@ -13,7 +13,7 @@ import polars as pl
 
 from prefdata.base.errors import UnusableInput
 from prefdata.data.formats import (CONVERTERS, FORMATS, SCORE_COLUMNS, Converted, RowRejected, detect_format,
-                                   required_columns)
+                                   required_columns, source_id)
 from prefdata.data.readers import RawRow
 from prefdata.data.records import OPTIONAL_COLUMNS
 
@@ -94,17 +94,29 @@ def content_digest(record: dict[str, Any]) -> bytes:
     return digest.digest()
 
 
+def given_ids(rows: Iterable[RawRow]) -> set[str]:
+    """Every source id the rows give (formats.source_id: `id`, or `idx`), whatever else is wrong with
+    them: the ids a row without one must not be numbered onto (assign_id's `reserved`)."""
+    return {i for row in rows if isinstance(row.data, dict) and (i := source_id(row.data)) is not None}
+
+
 def assign_id(record: dict[str, Any], content_by_id: dict[str, Any],
-              content: Callable[[dict[str, Any]], Any] = record_content) -> None:
+              content: Callable[[dict[str, Any]], Any] = record_content,
+              reserved: set[str] | frozenset[str] = frozenset()) -> None:
     """Give `record` its row id and note it in `content_by_id` (id -> content(record) of the rows so
-    far); RowRejected when a source id is reused for other content."""
+    far); RowRejected when a source id is reused for other content.
+
+    `reserved`: the source ids of the whole file (given_ids). A row without one takes its content id,
+    numbered past every id taken so far *and* every reserved one, so a source id equal to another
+    row's content id stays the source row's, whichever row comes first: the row without an id becomes
+    "<content id>-2" in either order, both are kept, and the outcome does not depend on row order."""
     seen = content(record)
     if record["id"] is None:
         # No source id: the content id, numbered on repeats so rows (and their votes)
         # stay apart; re-importing the same file gives the same ids.
         record["id"] = record["pair_id"]
         repeat = 1
-        while record["id"] in content_by_id:
+        while record["id"] in content_by_id or record["id"] in reserved:
             repeat += 1
             record["id"] = f"{record['pair_id']}-{repeat}"
     elif content_by_id.get(record["id"], seen) != seen:
@@ -114,10 +126,12 @@ def assign_id(record: dict[str, Any], content_by_id: dict[str, Any],
 
 def convert_rows(path: Path, rows: Iterable[RawRow], convert: Callable[[dict[str, Any]], Converted],
                  max_text_bytes: int, content_by_id: dict[str, Any],
-                 content: Callable[[dict[str, Any]], Any] = record_content
+                 content: Callable[[dict[str, Any]], Any] = record_content,
+                 reserved: set[str] | frozenset[str] = frozenset(),
                  ) -> tuple[list[Converted], list[dict[str, Any]]]:
-    """Each row as its record with its id (assign_id, `content_by_id` carrying the rows before), or
-    its quarantine entry: the row-by-row import's loop, which a batched import runs a batch at a time."""
+    """Each row as its record with its id (assign_id, `content_by_id` carrying the rows before,
+    `reserved` the file's source ids: given_ids), or its quarantine entry: the row-by-row import's
+    loop, which a batched import runs a batch at a time."""
     converted: list[Converted] = []
     quarantine: list[dict[str, Any]] = []
     for row in rows:
@@ -126,7 +140,7 @@ def convert_rows(path: Path, rows: Iterable[RawRow], convert: Callable[[dict[str
             continue
         try:
             item = convert_row(row.data, convert, max_text_bytes)
-            assign_id(item.record, content_by_id, content)
+            assign_id(item.record, content_by_id, content, reserved)
         except RowRejected as rejected:
             quarantine.append(quarantine_entry(path, row, rejected.reason, rejected.detail))
             continue

@@ -135,35 +135,86 @@ def report_json(results: Sequence[CheckResult], passed: bool, report_dir: Path |
     return {"passed": bool(passed), "checks": checks}
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f\u2028\u2029]")
+_BACKTICKS = re.compile("`+")
+
+
+def _visible(text: str) -> str:
+    """Control characters (a newline, a tab, ...) as escapes: one id or message stays on its line."""
+    return _CONTROL.sub(lambda m: {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(m.group(), f"\\x{ord(m.group()):02x}"),
+                        text)
+
+
+def md_code(text: str) -> str:
+    """`text` (an id: data, so untrusted) as one Markdown code span that shows it literally: fenced by
+    more backticks than its longest run of them (a backtick inside cannot end the span), padded with a
+    space where it starts or ends with a backtick or a space (CommonMark strips one each side).
+    Inside a code span nothing is markup, so `<img onerror=...>` is shown as text, never as HTML."""
+    text = _visible(str(text))
+    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(text: str) -> str:
+    """Prose that may carry data (a check's message, a title) as Markdown text on one line: its code
+    spans kept as they are (literal already); outside them `&`, `<` and `>` become entities, so no raw
+    HTML (an `<img onerror>`, a `<script>`) reaches a renderer, `[`, `]` and `\\` are escaped (no link
+    or image is made, no escape swallows the next character), and a backtick that opens no span is
+    escaped. Line breaks become spaces."""
+    text = _visible(" ".join(str(text).splitlines()).replace("\t", " "))
+    out, i = [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "`":
+            run = _BACKTICKS.match(text, i).group()
+            close = re.compile(f"(?<!`){run}(?!`)").search(text, i + len(run))
+            if close:  # a code span (CommonMark: the next run of the same length ends it)
+                out.append(text[i:close.end()])
+                i = close.end()
+            else:
+                out.append("\\`" * len(run))
+                i += len(run)
+        else:
+            out.append(_MD_TEXT_ESCAPES.get(char, char))
+            i += 1
+    return "".join(out)
+
+
+_MD_TEXT_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "\\": "\\\\"}
+
+
 def write_markdown(results: Sequence[CheckResult], path: Path, title: str = "prefdata checklist",
                    rows: Mapping[str, Any] | None = None) -> Path:
-    """`rows` (example_rows) names the example pairs report.html shows under each failing check."""
+    """`rows` (example_rows) names the example pairs report.html shows under each failing check.
+    Ids are data: each is one code span (md_code), whatever backticks, `<`, `|` or newlines it holds;
+    messages and the title are escaped text (md_text)."""
     rows = rows or {}
 
-    def cell(text: str) -> str:  # a pipe or newline would break the table row
-        return text.replace("|", "\\|").replace("\n", " ")
+    def cell(text: str) -> str:  # a pipe would break the table row, even inside a code span (GFM)
+        return text.replace("|", "\\|")
 
-    lines = [f"# {title}", "", f"**{_summary(results)}**", "",
+    lines = [f"# {md_text(title)}", "", f"**{_summary(results)}**", "",
              "| id | status | metric | threshold | offending | message |",
              "|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| `{r.id}` | {r.status} | {_fmt(r.metric)} | {_fmt(r.threshold)} | "
-                     f"{r.n_offending} | {cell(r.message)} |")
+        lines.append(f"| {cell(md_code(r.id))} | {r.status} | {_fmt(r.metric)} | {_fmt(r.threshold)} | "
+                     f"{r.n_offending} | {cell(md_text(r.message))} |")
     for r in results:
         if r.status not in ("fail", "error"):
             continue
-        lines += ["", f"## {r.id} ({r.status})", "", cell(r.message) or "(no message)"]
+        lines += ["", f"## {md_text(r.id)} ({r.status})", "", md_text(r.message) or "(no message)"]
         duplicates = duplicate_examples(r)
         shown = [i for i in r.offending[:LOOKUP_IDS] if i in rows][:MAX_EXAMPLES]
         if duplicates:
             lines += ["", "Examples, each with the row it repeats (side by side in report.html):", ""]
-            lines += [f"- `{cell(d)}` duplicates `{cell(o)}`" for d, o in duplicates]
+            lines += [f"- {md_code(d)} duplicates {md_code(o)}" for d, o in duplicates]
         elif shown:
-            lines += ["", "Example pairs in report.html: " + ", ".join(f"`{cell(i)}`" for i in shown)]
+            lines += ["", "Example pairs in report.html: " + ", ".join(md_code(i) for i in shown)]
         if r.offending:
             shown = r.offending[:MD_OFFENDERS]
             lines += ["", f"Offending ids ({len(shown)} of {r.n_offending}):", ""]
-            lines += [f"- `{cell(i)}`" for i in shown]
+            lines += [f"- {md_code(i)}" for i in shown]
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return Path(path)
 

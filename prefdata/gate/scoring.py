@@ -9,7 +9,9 @@ A scorer spec (prefdata.base.specs: the syntax `collect --judge` uses too) names
   lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
   llm:MODEL@URL   an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.collect.judging);
   llm:PATH        the same judge in this process (`judge:MODEL@URL`, the old spelling, still works)
-  rule:mod:func   a verifier (prompt, completion) -> bool | float scores each side; world is the demo's
+  rule:mod:func   a verifier (prompt, completion) -> bool | float scores each side; world is the demo's.
+                  A verifier that raises, or returns NaN or no number, on a sampled row fails the run in
+                  one line (exit 2) naming it, the row id and the error: no row is dropped in silence
 
 Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
 checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
@@ -17,6 +19,7 @@ checks.direction.check_label_direction. An unparseable verdict is undecided, nev
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -145,16 +148,48 @@ def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed
                         schema={"id": pl.String, "preferred": pl.String})
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _verifier_score(verify, name: str, row_id: str, side: str, prompt: str, completion: str) -> float:
+    """One side's score from a verifier, or UnusableInput (exit 2, one line) naming the verifier, the row
+    and what went wrong: a verifier that raises, returns what is not a number, or returns NaN or an
+    infinity fails the run. Such a row is never dropped or counted as a tie in silence: the direction
+    check would then judge a sample other than the one it reports."""
+    where = f"--scorer rule:{name}: the verifier failed on row {row_id!r} ({side})"
+    how = "fix the verifier (or the row), or check this data with another scorer"
+    try:
+        value = verify(prompt, completion)
+    except Exception as exc:  # the verifier's own error, whatever its type: the user's code, not prefdata's
+        raise UnusableInput(f"{where}: {type(exc).__name__}: {_one_line(exc)}; {how}") from exc
+    try:
+        score = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UnusableInput(f"{where}: it returned {_one_line(repr(value), 80)}, not True/False or a number; "
+                            f"{how}") from None
+    if not math.isfinite(score):
+        raise UnusableInput(f"{where}: it returned {score}, not a finite number; {how}")
+    return score
+
+
 def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
-    """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie."""
-    from prefdata.base.registry import load
+    """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie.
+    A verifier that raises or returns NaN (or what is not a finite number) on any sampled row fails the
+    run with one line (UnusableInput, exit 2) naming the verifier, the row id and the error."""
+    from prefdata.base.registry import load, resolve
 
     verify = load("verifier", target, "--scorer rule")
+    resolved = resolve("verifier", target, "--scorer rule")
+    name = target if resolved == target else f"{target} ({resolved})"
     sample = _sample(pairs, sample_size, seed)
-    prompts = sample["prompt"].to_list()
-    chosen = [float(verify(p, c)) for p, c in zip(prompts, sample["chosen"].to_list())]
-    rejected = [float(verify(p, r)) for p, r in zip(prompts, sample["rejected"].to_list())]
-    return _from_scores(sample["id"].to_list(), chosen, rejected, 0.0)
+    ids = sample["id"].to_list()
+    chosen, rejected = [], []
+    for row_id, p, c, r in zip(ids, sample["prompt"].to_list(), sample["chosen"].to_list(), sample["rejected"].to_list()):
+        chosen.append(_verifier_score(verify, name, row_id, "chosen", p, c))
+        rejected.append(_verifier_score(verify, name, row_id, "rejected", p, r))
+    return _from_scores(ids, chosen, rejected, 0.0)
 
 
 def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:

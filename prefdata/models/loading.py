@@ -93,15 +93,43 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
 
 
 def _gguf_file(path: str | Path) -> Path:
+    """`path` when it is a regular GGUF file (or a symlink to one); otherwise UnusableInput with its true
+    reason: missing, a FIFO or device or folder (told by its mode, never opened: a FIFO blocks, /dev/zero
+    never ends), unreadable, or without the GGUF magic bytes."""
+    from prefdata.base.files import NotRegularFile, open_regular
+
     source = Path(path).expanduser()
-    if not source.is_file():
-        raise UnusableInput(f"{path}: no such GGUF file; give the path of a .gguf model file")
-    if importlib.util.find_spec("gguf") is None:
-        raise UnusableInput(NEEDS_GGUF)
-    with source.open("rb") as f:
-        if f.read(4) != b"GGUF":
+    try:
+        handle = open_regular(source, follow_symlinks=True)
+    except NotRegularFile as exc:
+        raise UnusableInput(f"{path} is {exc.kind}, not a regular file; give the path of a .gguf model file "
+                            "(save a stream to a file first)") from None
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such GGUF file; give the path of a .gguf model file") from None
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror}); give the path of a readable .gguf model "
+                            "file") from None
+    with handle:
+        if importlib.util.find_spec("gguf") is None:
+            raise UnusableInput(NEEDS_GGUF)
+        if handle.read(4) != b"GGUF":
             raise UnusableInput(f"{path}: not a GGUF file (it does not start with the GGUF magic bytes)")
     return source
+
+
+def _output_folder(out_dir: str | Path) -> Path:
+    """Where import_gguf writes: `out_dir`, or, when it is a symlink, the folder it points at (followed,
+    so the converted folder replaces that empty folder and the link keeps naming it; a dangling link's
+    target is made). A link that loops is refused in one line."""
+    out = Path(out_dir).expanduser()
+    if out.is_symlink():
+        try:
+            out = out.resolve(strict=False)
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            raise UnusableInput(f"{out_dir}: a symlink that loops; give a new folder for the converted model") from None
+        if out.is_symlink():  # resolve(strict=False) stops at a loop on some versions
+            raise UnusableInput(f"{out_dir}: a symlink that loops; give a new folder for the converted model")
+    return out
 
 
 def _read_gguf(source: Path):
@@ -133,13 +161,13 @@ def _probe_logits(model, tokenizer):
 
 def import_gguf(gguf_path: str | Path, out_dir: str | Path) -> dict:
     """Convert a GGUF file into an ordinary model folder at `out_dir` (which must not exist or be
-    empty): float32 safetensors, config, generation config and the tokenizer with its chat template.
+    empty; a symlink to such a folder is followed): float32 safetensors, config, generation config and the tokenizer with its chat template.
     Kept only when the folder's logits equal the GGUF-loaded model's on a probe prompt. Returns the
     manifest it writes (source name, sha256, probe difference), never a path of this machine."""
     from transformers import AutoModelForCausalLM
 
     source = _gguf_file(gguf_path)
-    out = Path(out_dir)
+    out = _output_folder(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UnusableInput(f"{out}: exists and is not an empty folder; give a new folder for the converted model")
     tokenizer, gguf_model = _read_gguf(source)
