@@ -142,8 +142,10 @@ def _word_hashes(
     return first, counts
 
 
-def _ngram_keys(ws: _Scratch, h: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hashes of the word n-grams of each row, keyed by row (row-major), and n-grams per row."""
+def _ngram_keys(ws: _Scratch, h: np.ndarray, counts: np.ndarray, n: int,
+                keyed: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of the word n-grams of each row, keyed by row (row-major), and n-grams per row;
+    `keyed=False`: the n-gram's hash alone, the same in whichever row it stands."""
     w = h.size
     m = w - n + 1
     per_row = np.maximum(counts - n + 1, 0)
@@ -159,7 +161,8 @@ def _ngram_keys(ws: _Scratch, h: np.ndarray, counts: np.ndarray, n: int) -> tupl
     row = np.repeat(np.arange(1, counts.size + 1, dtype=np.uint64), counts)
     valid = np.equal(row[:m], row[n - 1 :], out=ws.get("valid", m, np.bool_))
     keys = g[valid]
-    keys += np.repeat(np.arange(1, counts.size + 1, dtype=np.uint64), per_row) * _K1
+    if keyed:
+        keys += np.repeat(np.arange(1, counts.size + 1, dtype=np.uint64), per_row) * _K1
     return mix64(keys, ws.get("mixtmp", keys.size, np.uint64)), per_row
 
 
@@ -224,6 +227,19 @@ def overlap_in_blocks(
     about frames.BLOCK_BYTES (whole chunks) at a time, so the columns are never copied whole. A
     chunk's result depends only on its rows' bytes, so the blocks change nothing. `texts` is called
     once per block, in row order, from the calling thread, and the blocks cover every row."""
+    parts = _map_chunks(texts, row_bytes, threads,
+                        lambda ws, bufs, _start, a, b: _overlap_chunk(ws, bufs[0], bufs[1], a, b, n))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
+def _map_chunks(texts: Callable[[int, int], tuple[pl.Series, ...]], row_bytes: np.ndarray, threads: int | None,
+                run: Callable[[_Scratch, list[tuple[np.ndarray, np.ndarray]], int, int, int], Any]) -> list[Any]:
+    """`run(scratch, buffers, start, a, b)` on each chunk of rows (of about CHUNK_BYTES by `row_bytes`), in
+    row order: `buffers` are the Arrow buffers (frames.utf8_buffer) of the texts `texts(start, stop)`
+    gives for the chunk's block (about frames.BLOCK_BYTES of whole chunks), `start` the block's first
+    row and a..b the chunk's rows counted from it. `texts` is called once per block, in row order, from the
+    calling thread; the chunks run on `threads` threads (default min(2, CPUs)), each with its own
+    scratch arrays."""
     rows = row_bytes.size
     cum = np.cumsum(row_bytes)
     cuts = np.searchsorted(cum, np.arange(CHUNK_BYTES, int(cum[-1]), CHUNK_BYTES), "right")
@@ -239,23 +255,78 @@ def overlap_in_blocks(
     local = threading.local()
     threads = min(2, os.cpu_count() or 1) if threads is None else max(1, int(threads))
     pool = ThreadPoolExecutor(threads) if threads > 1 and len(bounds) > 1 else None
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[Any] = []
     try:
         for chunks in blocks:
             start, stop = chunks[0][0], chunks[-1][1]
-            prompt_block, response_block = texts(start, stop)
-            pbuf, rbuf = utf8_buffer(prompt_block), utf8_buffer(response_block)
-            del prompt_block, response_block
+            block = texts(start, stop)
+            bufs = [utf8_buffer(t) for t in block]
+            del block
 
-            def run(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            def one(ab: tuple[int, int]) -> Any:
                 ws = getattr(local, "ws", None)
                 if ws is None:
                     ws = local.ws = _Scratch()
-                return _overlap_chunk(ws, pbuf, rbuf, ab[0] - start, ab[1] - start, n)
+                return run(ws, bufs, start, ab[0] - start, ab[1] - start)
 
-            parts.extend(pool.map(run, chunks) if pool else map(run, chunks))
-            del pbuf, rbuf
+            parts.extend(pool.map(one, chunks) if pool else map(one, chunks))
+            del bufs
     finally:
         if pool:
             pool.shutdown()
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+    return parts
+
+
+# -- n-grams of a reference set (decontamination: checks/isolation.py) --------------------------------
+
+
+def ngram_hashes(texts: pl.Series, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every word n-gram of each text, hashed as `ngrams_in` hashes them (words and n-grams as above;
+    the hash is the n-gram's alone, the same in any text), row-major; the n-grams per text; the words
+    per text. For a reference set (a benchmark's prompts): every text is hashed in one pass."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    texts = texts.cast(pl.String).fill_null("")
+    if len(texts) == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ws = _Scratch()
+    h, words = _word_hashes(ws, "t", *utf8_buffer(texts), 0, len(texts))
+    keys, per_row = _ngram_keys(ws, h, words, n, keyed=False)
+    return keys.copy(), per_row.astype(np.int64), words.astype(np.int64)
+
+
+def ngrams_in(texts: Callable[[int, int], pl.Series], row_bytes: np.ndarray, wanted: np.ndarray, n: int,
+              threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the `wanted` n-grams (sorted distinct hashes from `ngram_hashes`) each text holds:
+    (row, index into `wanted`) once per distinct pair, in row order. The texts of rows a..b-1 are
+    `texts(a, b)`, about `row_bytes` UTF-8 bytes each, hashed a chunk at a time as
+    `overlap_in_blocks` hashes them; a 4 MiB bitmap of `wanted` discards most n-grams, the rest are
+    looked up exactly (sorted search), so the cost is the hashing of the texts."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    empty = np.zeros(0, np.int64)
+    if row_bytes.size == 0 or wanted.size == 0:
+        return empty, empty
+    shift = _U(64 - _TABLE_BITS)
+    table = np.zeros(1 << _TABLE_BITS, np.bool_)  # read by every thread, written before any runs
+    table[(wanted >> shift).astype(np.intp)] = True
+
+    def run(ws: _Scratch, bufs: list[tuple[np.ndarray, np.ndarray]], start: int, a: int,
+            b: int) -> tuple[np.ndarray, np.ndarray]:
+        h, counts = _word_hashes(ws, "t", *bufs[0], a, b)
+        keys, per_row = _ngram_keys(ws, h, counts, n, keyed=False)
+        cand = np.flatnonzero(table[(keys >> shift).astype(np.intp)])
+        if cand.size == 0:
+            return empty, empty
+        pos = np.searchsorted(wanted, keys[cand])
+        pos[pos == wanted.size] = 0
+        hit = wanted[pos] == keys[cand]
+        cand, pos = cand[hit], pos[hit]
+        if cand.size == 0:
+            return empty, empty
+        rows = np.repeat(np.arange(start + a, start + b, dtype=np.int64), per_row)[cand]
+        pair = np.unique(rows * wanted.size + pos)  # one per (row, n-gram); sorted: row order
+        return pair // wanted.size, pair % wanted.size
+
+    parts = _map_chunks(lambda a, b: (texts(a, b),), row_bytes, threads, run)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

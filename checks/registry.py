@@ -35,6 +35,7 @@ class CheckInputs:
     votes: pl.DataFrame | None = None           # long votes: pair_id (= pairs.id), annotator, vote
     eval_pairs: pl.DataFrame | None = None      # a separate eval set (--eval)
     reference_prompts: pl.Series | None = None  # production prompts (--reference-prompts)
+    benchmarks: dict[str, pl.DataFrame] | None = None  # benchmark name -> its items: item, prompt (--benchmark)
     card_text: str | None = None                # the dataset card / guideline document
     sft: pl.DataFrame | None = None             # the version's chosen-only SFT subset
     lineage: dict[str, Any] | None = None
@@ -179,6 +180,11 @@ CHECKS: dict[str, Check] = {
     "label_direction": Check(direction.check_label_direction, lambda i: {"pairs": i.pairs, "verdicts": i.verdicts},
                              ranges={"min_agreement": SHARE}, needs=("verdicts",), off_at={"min_agreement": "low"}),
     "split_isolation": Check(isolation.check_split_isolation, _train_and_eval, ranges={"near_threshold": SIMILARITY}),
+    # reads the prompts only, which a sharded run's thin frame has: it runs there unchanged
+    "decontamination": Check(isolation.check_decontamination, lambda i: {"pairs": i.pairs, "benchmarks": i.benchmarks},
+                             ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True),
+                                     "max_contaminated_share": SHARE},
+                             needs=("benchmarks",), off_at={"max_contaminated_share": "high"}),
     "min_size": Check(structure.check_min_size, _pairs, ranges={"min_pairs": COUNT, "min_pairs_hard": COUNT},
                       choices={"kind": structure.SIZE_KINDS}, off_at={"min_pairs": "low", "min_pairs_hard": "low"}),
     "sft_subset": Check(structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft},

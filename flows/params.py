@@ -287,7 +287,7 @@ class Engine(_Params):
 
 class Checks(_Params):
     REACH = {"config": "path", "report_dir": "path", "eval_data": "path", "reference_prompts": "path",
-             "scorer": "spec"}
+             "benchmarks": "path", "scorer": "spec"}
     # The checklist's options: `prefdata check`, `publish` and `filter` show these same defaults and
     # help texts (prefdata/commands/cli.py CheckOpts; tests/test_options.py holds them equal), and
     # the publishing functions take the same names (prefdata.gate.publishing.validate_version).
@@ -305,6 +305,10 @@ class Checks(_Params):
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution: .txt (one "
                                                             "per line) or a table with a prompt column.")
+    benchmarks: list[str] | None = Field(None, description="Benchmark prompts for decontamination (repeatable): a "
+                                                           ".jsonl, .json or .parquet with a prompt column, a .txt (one "
+                                                           "prompt a line), or a folder holding one such file (named by "
+                                                           "the folder: ../shared/data/ifeval).")
 
     @field_validator("scorer")
     @classmethod
@@ -386,7 +390,10 @@ def reach(value: Any, where: str) -> Iterator[tuple[str, str, str]]:
     if isinstance(value, _Params):
         for name in type(value).model_fields:
             field, kind = getattr(value, name), type(value).REACH.get(name)
-            if kind and field is not None and not isinstance(field, dict):
+            if kind and isinstance(field, (list, tuple)):  # a list of paths: each one
+                for k, item in enumerate(field):
+                    yield from _reach_one(kind, str(item), f"{where}.{name}[{k}]")
+            elif kind and field is not None and not isinstance(field, dict):
                 yield from _reach_one(kind, str(field), f"{where}.{name}")
             elif isinstance(field, dict) and name == "config":
                 yield from (("path", str(field[k]), f"{where}.config.{k}") for k in CONFIG_PATHS if field.get(k))

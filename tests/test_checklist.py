@@ -95,7 +95,7 @@ def test_config_errors_name_the_problem(tmp_path):
     with pytest.raises(UnusableInput, match="max_ratio must be a number"):
         load_config(bad)
     bad.write_text("checks: [")
-    with pytest.raises(UnusableInput, match="cannot read the checklist config"):
+    with pytest.raises(UnusableInput, match="c.yaml: not valid YAML"):
         load_config(bad)
     bad.write_text("strict: maybe\n")  # YAML text, which bool() would take as true
     with pytest.raises(UnusableInput, match="strict must be true or false, not 'maybe'"):
@@ -370,6 +370,9 @@ README_THRESHOLDS = [  # (README's words in the check's row of the table, check,
     (">= 0.2 x the pairs", "sft_subset", "min_ratio", 0.2),
     (">= 40 characters of text", "annotation_guidelines", "min_chars", 40),
     ("near duplicates at Jaccard 0.8", "near_duplicates", "threshold", 0.8),
+    ("> 50% of its word 8-grams", "decontamination", "max_overlap", 0.5),
+    ("> 50% of its word 8-grams", "decontamination", "ngram", 8),
+    ("`max_contaminated_share: 0.0`", "decontamination", "max_contaminated_share", 0.0),
     ("(default 256, prefdata's dpo/rm/sft `max_length`)", "template_fit", "max_length", 256),
 ]
 

@@ -28,10 +28,10 @@ def cli(*args: str, store: Path, env: dict | None = None, **kw) -> subprocess.Co
                           timeout=300, **kw)
 
 
-def imported(store: Path, name: str = "demo", rows: list[dict] = ROWS) -> str:
+def imported(store: Path, name: str = "demo", rows: list[dict] = ROWS, env: dict | None = None) -> str:
     src = store.parent / f"{name}-{len(rows)}.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = cli("import", str(src), "--name", name, store=store)
+    done = cli("import", str(src), "--name", name, store=store, env=env)
     assert done.returncode == 0, done.stderr
     return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("version:"))
 
@@ -119,8 +119,10 @@ def test_a_swapped_report_or_a_record_copied_from_another_version_is_detected(st
 
 
 def test_the_key_can_come_from_the_environment(store_root, monkeypatch):
-    ref = imported(store_root)
-    ci_key = "c1" * 32
+    import secrets
+
+    ci_key = secrets.token_hex(32)
+    ref = imported(store_root, env={KEY_ENV: ci_key})  # signed from its creation with the environment's key
     monkeypatch.setenv(KEY_ENV, ci_key)
     Store().set_status(ref, "validated", report=REPORT)
     assert not (store_root / KEY_FILE).exists()  # the environment's key is used, no key file made
@@ -129,7 +131,7 @@ def test_the_key_can_come_from_the_environment(store_root, monkeypatch):
     assert ci_key not in manifest_path(store_root, ref).read_text()
 
     # another key (or none): the status cannot be trusted
-    monkeypatch.setenv(KEY_ENV, "d2" * 32)
+    monkeypatch.setenv(KEY_ENV, secrets.token_hex(32))
     assert any("another key" in p for p in Store().verify(ref))
     monkeypatch.delenv(KEY_ENV)
     assert any("no key" in p for p in Store().verify(ref))

@@ -95,16 +95,19 @@ def test_names_that_escape_the_root_are_refused(store_root, bad):
 
 
 def test_fsspec_url_store(shared_data, monkeypatch):
-    store = Store("memory://prefdata-test-store")
+    import secrets
+
+    store = Store("memory://prefdata-test-store", ephemeral=True)  # memory:// only where vanishing is meant
     result = import_file(shared_data / "hh-rlhf-harmless" / "test.jsonl.gz")
+    # no key file in shared storage (whoever reads the bucket would read it): the key comes from the
+    # environment, and a version is signed from its creation, so importing needs it already
+    monkeypatch.delenv("PREFDATA_STORE_KEY", raising=False)
+    with pytest.raises(UnusableInput, match="PREFDATA_STORE_KEY"):
+        import_to_store(result, "hh", store)
+    monkeypatch.setenv("PREFDATA_STORE_KEY", secrets.token_hex(32))
     v = import_to_store(result, "hh", store)
     assert store.verify(v.ref) == []
     assert store.load(v.ref).height == 2312
-    # no key file in shared storage (whoever reads the bucket would read it): the key comes from the environment
-    monkeypatch.delenv("PREFDATA_STORE_KEY", raising=False)
-    with pytest.raises(UnusableInput, match="PREFDATA_STORE_KEY"):
-        store.set_status(v.ref, "validated")
-    monkeypatch.setenv("PREFDATA_STORE_KEY", "k" * 64)
     assert store.set_status(v.ref, "validated").status == "validated"
     assert store.verify(v.ref) == [] and not store.fs.exists(f"{store.root}/.prefdata-key")
 

@@ -33,7 +33,7 @@ class NoSpace(PrefdataError):
 
 # Checks whose failures name rows that `prefdata filter --drop` can remove (prefdata/gate/filtering.py's list).
 FILTERABLE = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs", "answer_leakage", "safety",
-              "split_isolation", "label_audit")
+              "split_isolation", "decontamination", "label_audit")
 
 
 def ways_out(ref: str, failing: list[str]) -> str:
@@ -44,8 +44,9 @@ def ways_out(ref: str, failing: list[str]) -> str:
     others = [c for c in failing if c not in FILTERABLE]
     steps = []
     if rows:
-        steps.append(f"`prefdata filter {ref} --drop {','.join(rows)}` quarantines the rows they name, and the child "
-                     "version can be published")
+        benchmark = " --benchmark FILE" if "decontamination" in rows else ""  # the benchmarks it was checked against
+        steps.append(f"`prefdata filter {ref} --drop {','.join(rows)}{benchmark}` quarantines the rows they name, and "
+                     "the child version can be published")
     example = (others or failing or ["CHECK"])[0]
     example = "gx" if example.startswith("gx.") else example  # GX's expectations are waived together, as `gx`
     steps.append(f"a check that does not apply can be waived with its reason in a --config file "

@@ -6,6 +6,7 @@
     demo_chat `prefdata demo --world chat`: the loop on a real chat model (SmolLM2-135M-Instruct)
     argilla   `prefdata argilla ...`: the local server, users, push and pull
     serve     `prefdata serve` and `prefdata run`: prefect.yaml's deployments
+    export    `prefdata export`: a validated version for TRL, OpenRLHF or LLaMA-Factory
     console   the terminal every command writes to
 
 Heavy libraries (torch, TRL, Prefect, Great Expectations) load inside the commands that use

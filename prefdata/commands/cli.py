@@ -287,6 +287,9 @@ CheckOpts = {
     "reference_prompts": typer.Option(help="Production prompts for prompt_distribution: .txt (one per line) or a "
                                            "table with a prompt column."),
     "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
+    "benchmarks": typer.Option("--benchmark", help="Benchmark prompts for decontamination (repeatable): a .jsonl, .json or .parquet with "
+                                          "a prompt column, a .txt (one prompt a line), or a folder holding one such file "
+                                          "(named by the folder: ../shared/data/ifeval)."),
 }
 
 
@@ -345,6 +348,7 @@ def check(
                                                        "for NAME@VERSION a label audit's from `prefdata argilla pull`.")] = None,
     eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
     reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
     card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
     config: Annotated[Optional[Path], CheckOpts["config"]] = None,
     strict: Annotated[bool, CheckOpts["strict"]] = False,
@@ -388,6 +392,10 @@ def check(
     if data is None:
         raise UnusableInput("Missing argument 'DATA': give a data file or NAME@VERSION to check, "
                             "or --list-checks to list the checks")
+    from prefdata.gate.runner import file_shadows_ref
+
+    if shadowed := file_shadows_ref(data, store):  # a file named like a store version: say which is read
+        print(f"prefdata: note: {shadowed}", file=sys.stderr)
     writable_file(json_path, "--json")
     writable_dir(report_dir, "--report-dir")
     if dask is not None:
@@ -415,7 +423,7 @@ def check(
             raise UnusableInput(f"--tokenizer {exc}") from None
     inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
                                scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None,
-                               batch_rows=batch_rows)
+                               batch_rows=batch_rows, benchmarks=benchmarks)
     inputs.tokenizer = loaded_tokenizer
     if loaded_tokenizer is not None:
         inputs.rendering = _check_rendering(loaded_tokenizer, chat, system_prompt, inputs.lineage)
@@ -469,6 +477,7 @@ def filter_cmd(
     drop: Annotated[str, typer.Option(help="Comma-separated row-level checks whose offending rows are removed.")]
     = "exact_duplicates,near_duplicates,length_ratio,degenerate_pairs",
     config: Annotated[Optional[Path], CheckOpts["config"]] = None,
+    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
     name: Annotated[Optional[str], typer.Option(help="Name of the new version (default: the same name).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the filter summary here.")] = None,
     votes: Annotated[Optional[Path], typer.Option(help="A label audit's votes (`prefdata argilla pull`), for "
@@ -482,7 +491,8 @@ def filter_cmd(
 
     writable_file(json_path, "--json")
     child, counts = filter_version(Store(store), ref, tuple(c.strip() for c in drop.split(",") if c.strip()),
-                                   load_config(_shipped_checklist(config)), name, votes=None if votes is None else str(votes))
+                                   load_config(_shipped_checklist(config)), name, votes=None if votes is None else str(votes),
+                                   benchmarks=benchmarks)
     unchanged = counts.get("unchanged", False)
     summary = {**counts, "version": child.ref, "parent": None if unchanged else child.manifest["lineage"]["parent"]}
     _write_json(json_path, summary)
@@ -502,6 +512,7 @@ def publish(
     ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")],
     eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
     reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
+    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
     config: Annotated[Optional[Path], CheckOpts["config"]] = None,
     strict: Annotated[bool, CheckOpts["strict"]] = False,
     report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
@@ -523,7 +534,8 @@ def publish(
         terminal().print(f"report: {validation.report_dir}")
 
     published = publish_version(Store(store), ref, show=show, config=_shipped_checklist(config), strict=strict, report_dir=report_dir,
-                                scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts)
+                                scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts,
+                                benchmarks=benchmarks)
     terminal().print(f"{published.dataset}: {'already validated' if published.validation is None else 'validated'}")
     return 0
 
@@ -751,6 +763,10 @@ app.command("run")(_run)
 from prefdata.commands.collect import collect_command as _collect  # noqa: E402 - typer only; the flow loads inside
 
 app.command("collect")(_collect)
+
+from prefdata.commands.export import export as _export  # noqa: E402 - typer only; the store and trainers load inside
+
+app.command("export")(_export)
 
 
 class Terminated(BaseException):

@@ -13,6 +13,7 @@
     delimited   CSV and TSV a batch of lines at a time for it: the row reader's records as text columns
     writers     normalised rows and quarantine files
     store       immutable, content-addressed, signed versions with their lineage
+    export      a validated version's pairs as TRL, TRL chat, OpenRLHF or LLaMA-Factory JSON Lines
 
 May import: prefdata.base.
 """

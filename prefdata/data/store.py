@@ -22,7 +22,10 @@ on object storage the manifest is written last, and a folder without one is not 
 The manifest (status, check report, status history, dates, counts, schema and lineage, bound to
 the name, version and file hashes) is signed with HMAC-SHA256 under the store's key:
 `$PREFDATA_STORE_KEY`, else `<root>/.prefdata-key` (made 0600 on first use). A hand-edited status or report fails `verify`,
-so it never passes the gate into training. The threat model is in README.md ("Threat model").
+so it never passes the gate into training. Every version is signed from its creation too (its
+`creation_signature`: the whole manifest but the status record), so a draft's lineage, dates or counts
+edited before `publish` fail verify and are never signed as the pipeline's own. The threat model is in
+README.md ("Threat model").
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ import secrets
 import shutil
 import socket
 import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +56,7 @@ import polars as pl
 
 from prefdata import __version__
 from prefdata.data.card import render_card
-from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.base.errors import GateFailed, NoSpace, UnusableInput
 from prefdata.base.files import NotRegularFile, kind_of, open_regular, read_at_most
 from prefdata.base.scratch import alive, scratch
 
@@ -60,11 +64,13 @@ DEFAULT_ROOT = os.path.join(".prefdata", "store")
 STATUSES = ("draft", "validated", "rejected")
 # fullmatch, never `$`: `$` also matches before a trailing newline, and "abc\n" is no name.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_VERSION = re.compile(r"[0-9a-f]{4,64}")
+_VERSION = re.compile(r"[0-9a-f]{4,64}")  # a version in a ref: its id or a prefix of it
+_VERSION_ID = re.compile(r"[0-9a-f]{12}")  # a version folder's name: what version_id makes, nothing else
 MANIFEST = "manifest.json"
 KEY_ENV = "PREFDATA_STORE_KEY"
 KEY_FILE = ".prefdata-key"  # in the store root, beside the datasets (no dataset name starts with ".")
 MIN_KEY_CHARS = 32
+MIN_KEY_DISTINCT = 8  # see key_weakness
 STAGING = ".tmp-"  # NAME/.tmp-<pid>-<host>-<uuid>: a version being written, renamed into place when whole
 STALE_STAGING_SECONDS = 24 * 3600  # staging from another host (whose pid we cannot check) older than this is dead
 CONFIG_DIRS = {"default": "data", "sft": "sft", "comparisons": "comparisons", "votes": "votes"}
@@ -76,8 +82,20 @@ _PARQUET = {"compression": "zstd", "compression_level": ZSTD_LEVEL, "statistics"
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how polars' errors name the OSError under them
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+def _now(timespec: str = "seconds") -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec=timespec)
+
+
+def _created(v: "Version") -> dt.datetime:
+    """When a version was made, for ordering a name's versions ("latest"). Recorded to the microsecond
+    since one-second dates tied a filtered child with its parent (and the tie went by version id);
+    an older manifest's whole second sorts as its first microsecond. A date that cannot be read
+    (a damaged manifest) sorts first."""
+    try:
+        when = dt.datetime.fromisoformat(v.manifest["created_at"])
+    except (KeyError, TypeError, ValueError):
+        return dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
 def check_name(name: str) -> str:
@@ -152,6 +170,51 @@ def status_mac(manifest: dict[str, Any], key: bytes, fields: tuple[str, ...] = S
 def sign_status(manifest: dict[str, Any], key: bytes) -> None:
     manifest["status_signature"] = {"alg": "hmac-sha256", "key_id": key_id(key), "signed": list(SIGNED_FIELDS),
                                     "mac": status_mac(manifest, key)}
+
+
+# -- the creation signature ----------------------------------------------------------------------
+# Made with the store's key when a version is written: an HMAC over the whole canonical manifest but
+# the status record (the fields set_status changes, and the two signatures). A draft claims no status,
+# yet its lineage (parent, sources, rendering), dates, counts and schema are what `publish` signs as
+# the pipeline's own: edited by hand before publish, they fail this signature, and publish refuses.
+# Every field, not a list: a field added by hand fails it too.
+STATUS_RECORD = ("status", "check_report", "status_history", "status_signature", "creation_signature")
+_CREATION_TAG = b"prefdata creation v1\0"
+# A draft written before versions were signed at creation has no creation signature: nothing tells its
+# manifest from one edited by hand (or from a signed draft whose signature was removed). It stays
+# readable (show, check, filter, an --eval set, whose files its version id binds), but publish
+# refuses it; importing the same content again signs it (Store._write_version).
+UNSIGNED_DRAFT = ("creation: an unsigned draft (created before prefdata signed versions at creation): its lineage, "
+                  "dates and counts cannot be told from a hand edit, so publish refuses it; import its source again "
+                  "(the same content gets the same version, signed) or collect it anew")
+
+
+def creation_mac(manifest: dict[str, Any], key: bytes) -> str:
+    record = {field: value for field, value in manifest.items() if field not in STATUS_RECORD}
+    return hmac.new(key, _CREATION_TAG + _canonical(record), hashlib.sha256).hexdigest()
+
+
+def sign_creation(manifest: dict[str, Any], key: bytes) -> None:
+    manifest["creation_signature"] = {"alg": "hmac-sha256", "key_id": key_id(key), "mac": creation_mac(manifest, key)}
+
+
+def key_weakness(key: str) -> str | None:
+    """Why a key is too guessable to sign with, or None. A floor against keys typed by hand, not a
+    strength meter: at least MIN_KEY_CHARS characters, at least MIN_KEY_DISTINCT distinct ones, and
+    not one block repeated ("a" * 32, "c1" * 32, "0123456789" * 4: the key has a period of at most
+    half its length). Why 8 distinct, not 16: a hex key (what `secrets.token_hex` makes, and what
+    prefdata's own key file holds) has at most 16 distinct characters, and 64 random hex digits miss
+    at least one of them about a quarter of the time; fewer than 8 distinct happens to 32 random hex
+    digits with a chance of about 4e-8, to 64 of about 1e-19."""
+    if len(key) < MIN_KEY_CHARS:
+        return f"too short ({len(key)} characters, at least {MIN_KEY_CHARS})"
+    distinct = len(set(key))
+    if distinct < MIN_KEY_DISTINCT:
+        return f"too weak ({distinct} distinct characters, at least {MIN_KEY_DISTINCT})"
+    period = next((p for p in range(1, len(key) // 2 + 1) if key[p:] == key[:-p]), None)
+    if period is not None:
+        return f"too weak (one block of {period} characters repeated)"
+    return None
 
 
 def sft_subset(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -232,13 +295,36 @@ class Version:
         return self.manifest["status"]
 
 
+# The URLs a store can live at: a local folder, or storage fsspec writes and keeps (object storage and
+# the like, each through its own package). Not memory:// (a version written there vanishes when the
+# process ends), not http(s):// (read-only), not archives, caches or chains of them.
+STORE_PROTOCOLS = ("file", "local", "s3", "s3a", "gs", "gcs", "az", "abfs", "adl", "oci", "oss", "hdfs", "webhdfs",
+                   "sftp", "ssh")
+_STORE_URLS = ("store URLs that work: a local folder (PATH or file://PATH), or storage fsspec writes: "
+               "s3://, gs://, az:// (abfs://), oci://, oss://, hdfs://, sftp:// (each with its fsspec package, e.g. "
+               "pip install s3fs)")
+
+
 class Store:
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, *, ephemeral: bool = False):
+        """`root`: a folder or URL (default $PREFDATA_STORE, else .prefdata/store). `ephemeral`: allow
+        memory://, a store that lives as long as this process (tests, a library's scratch store)."""
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
         self.url = root or os.environ.get("PREFDATA_STORE") or DEFAULT_ROOT
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        protocol = fsspec.core.split_protocol(self.url)[0]
+        if protocol == "memory" and not ephemeral:
+            raise UnusableInput(f"--store {self.url}: a memory:// store vanishes when the command ends, with every "
+                                f"version written to it; {_STORE_URLS}")
+        if protocol is not None and protocol not in STORE_PROTOCOLS + ("memory",):
+            raise UnusableInput(f"--store {self.url}: {protocol}:// cannot hold a store; {_STORE_URLS}")
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        except ImportError as exc:  # the backend's package is missing (fsspec's message names it)
+            raise UnusableInput(f"--store {self.url}: {exc}; {_STORE_URLS}") from None
+        except ValueError as exc:
+            raise UnusableInput(f"--store {self.url}: {exc}; {_STORE_URLS}") from None
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = self.root.rstrip("/")
 
@@ -308,6 +394,9 @@ class Store:
         """
         check_name(name)
         with self._writing():
+            # The key signs the version as it is made (its creation signature): one that cannot be had
+            # or used says so now, before any batch is written.
+            key = self._key(create=True)
             self._clean_staging(name)
             # The writer (pid, host) is in the name, so that a later writer can tell a dead one's
             # leftovers from a live one's work; nothing of it lands inside the version folder.
@@ -321,13 +410,14 @@ class Store:
                 extra, quarantine, counts, lineage = ending()
                 if extra:
                     shards.add(extra, shard=(0, 1))
-                return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines, notes)
+                return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines, notes,
+                                           key=key)
             finally:
                 if self.fs.exists(staging):
                     self.fs.rm(staging, recursive=True)
 
     def _write_version(self, name, staging, shards: _Shards, quarantine, counts, lineage, guidelines,
-                       notes: Sequence[str] = ()) -> Version:
+                       notes: Sequence[str] = (), *, key: bytes) -> Version:
         files = dict(shards.files)
         lines = (json.dumps(q, ensure_ascii=False) + "\n" for q in quarantine or ())
         entry = self._put_lines(staging, "quarantine.jsonl", lines)
@@ -340,8 +430,8 @@ class Store:
         manifest = {
             "name": name,
             "version": version,
-            "status": "draft",  # a draft is unsigned: it claims nothing, and no gate lets it through
-            "created_at": _now(),
+            "status": "draft",  # a draft claims no status, and no gate lets it through
+            "created_at": _now("microseconds"),  # orders a name's versions: a second was too coarse
             "prefdata_version": __version__,
             "files": files,
             "counts": counts,
@@ -350,10 +440,19 @@ class Store:
             "check_report": None,
             "status_history": [{"status": "draft", "at": _now()}],
         }
+        sign_creation(manifest, key)
         self._put(staging, MANIFEST, _dumps(manifest))  # last: a folder without it is no version
         final = self._dir(name, version)
         if self.fs.exists(f"{final}/{MANIFEST}"):
-            return self.get(f"{name}@{version}")  # same content already stored
+            existing = self.get(f"{name}@{version}")  # same content already stored
+            if not _unsigned_draft(existing.manifest):
+                return existing
+            # A draft from before creation signatures, of these very files: this write's manifest (its
+            # lineage as this import found it) replaces it, signed. Its files are checked by verify as ever.
+            with self._lock(name):
+                if _unsigned_draft(self._version(name, version).manifest):
+                    self._replace_manifest(name, version, manifest)
+            return self.get(f"{name}@{version}")
         self._rename(staging, final)
         return Version(name, version, manifest)
 
@@ -483,13 +582,14 @@ class Store:
         0600 on first use when `create`. None when there is none (nothing signed can be trusted)."""
         env = os.environ.get(KEY_ENV)
         if env:
-            if len(env) < MIN_KEY_CHARS:
-                raise UnusableInput(f"{KEY_ENV} is too short ({len(env)} characters, at least {MIN_KEY_CHARS}): "
+            weakness = key_weakness(env)
+            if weakness:
+                raise UnusableInput(f"{KEY_ENV} is {weakness}: whoever guesses it can forge a validated version; "
                                     "make one with `python -c 'import secrets; print(secrets.token_hex(32))'`")
             return env.encode()
         if not self.local:
             if create:
-                raise UnusableInput(f"the store {self.url} is not on a local disk: set {KEY_ENV} to sign statuses "
+                raise UnusableInput(f"the store {self.url} is not on a local disk: set {KEY_ENV} to sign its versions "
                                     "(a key file in shared storage is readable by everyone who reads the store)")
             return None
         path = self.key_path
@@ -517,6 +617,10 @@ class Store:
             raise UnusableInput(f"cannot read the store key {path} ({exc.strerror}): {fix}") from None
         if len(key) < MIN_KEY_CHARS:
             raise UnusableInput(f"the store key {path} is damaged (too short): restore it from a backup {fix}")
+        weakness = key_weakness(key.decode("latin-1"))
+        if weakness:
+            raise UnusableInput(f"the store key {path} is {weakness}, not one prefdata made: whoever guesses it can "
+                                f"forge a validated version; restore the key from a backup {fix}")
         return key
 
     def _make_key(self, path: str) -> None:
@@ -537,20 +641,53 @@ class Store:
             os.unlink(tmp)  # whatever happened (a full disk too): no temporary key is left behind
 
     def status_problems(self, manifest: dict[str, Any]) -> list[str]:
-        """Why a manifest's status record cannot be trusted (empty when it can)."""
+        """Why a manifest's status record, or the manifest as it was created, cannot be trusted (empty
+        when both can). A draft's status claims nothing, but its creation signature must hold; a
+        version validated or rejected before creation signatures has its status signature alone, which
+        covers every field too."""
         status = manifest.get("status")
         signature = manifest.get("status_signature")
+        creation = manifest.get("creation_signature")
         if not isinstance(signature, dict):
-            if status == "draft" and signature is None:
-                return []  # a draft claims nothing
-            return [f"status: {status!r} has no signature (only `prefdata publish` sets a status): the manifest was edited by hand"]
+            if status != "draft" or signature is not None:
+                return [f"status: {status!r} has no signature (only `prefdata publish` sets a status): the manifest "
+                        "was edited by hand"]
+            if creation is None:
+                return [UNSIGNED_DRAFT]
+            return self._creation_problems(manifest)
+        problems = self._status_signature_problems(manifest, signature)
+        if not problems and creation is not None:
+            problems = self._creation_problems(manifest)
+        return problems
+
+    def _signing_key_problem(self, what: str, signature: dict[str, Any]) -> tuple[bytes | None, str | None]:
+        """The key to check a signature with, or why there is none to check it with."""
         key = self._key(create=False)
         if key is None:
             where = f"{self.key_path} is missing and ${KEY_ENV} is unset" if self.local else f"${KEY_ENV} is unset"
-            return [f"status: {status!r} is signed, but this store has no key to check it ({where})"]
+            return None, f"{what} is signed, but this store has no key to check it ({where})"
         if signature.get("key_id") != key_id(key):
-            return [f"status: {status!r} is signed with another key (key id {signature.get('key_id')}, this store's is "
-                    f"{key_id(key)}): set ${KEY_ENV} to the key that signed it"]
+            return None, (f"{what} is signed with another key (key id {signature.get('key_id')}, this store's is "
+                          f"{key_id(key)}): set ${KEY_ENV} to the key that signed it")
+        return key, None
+
+    def _creation_problems(self, manifest: dict[str, Any]) -> list[str]:
+        signature = manifest.get("creation_signature")
+        if not isinstance(signature, dict):
+            return ["creation: the creation signature is not a signature prefdata writes: the manifest was edited by hand"]
+        key, problem = self._signing_key_problem("creation: the version", signature)
+        if problem:
+            return [problem]
+        if not hmac.compare_digest(str(signature.get("mac")), creation_mac(manifest, key)):
+            return ["creation: the manifest (its files, counts, schema, lineage or dates) does not match the signature "
+                    "made when the version was created: it was edited by hand"]
+        return []
+
+    def _status_signature_problems(self, manifest: dict[str, Any], signature: dict[str, Any]) -> list[str]:
+        status = manifest.get("status")
+        key, problem = self._signing_key_problem(f"status: {status!r}", signature)
+        if problem:
+            return [problem]
         signed = signature.get("signed")
         fields = tuple(signed) if isinstance(signed, list) and all(isinstance(f, str) for f in signed) else None
         if fields not in _MAC_TAGS:
@@ -566,18 +703,30 @@ class Store:
         Validated is final; the same status again with the same report (and no note) changes nothing.
 
         `checked`: the version as the report's checks read it (`pinned`). The signature covers the
-        manifest's file hashes, so those must be the hashes of the bytes checked: a manifest whose
-        files changed since is refused, never signed."""
+        whole manifest (file hashes, lineage, counts, schema, dates), so it must be the manifest the
+        checks read: one that differs from it in anything at all is refused, never signed. A manifest
+        whose creation signature fails (or a draft from before there were any) is never signed either:
+        its lineage and dates would become the pipeline's word."""
         if status not in STATUSES:
             raise UnusableInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         v = self.get(ref)
         with self._writing(), self._lock(v.name):
             key = self._key(create=True)
             manifest = self._read_manifest(v.name, v.version)  # re-read under the lock
-            if checked is not None and _canonical(manifest.get("files")) != _canonical(checked.manifest["files"]):
-                raise GateFailed(f"{v.ref}: its manifest changed while the checklist ran: run `prefdata verify {v.ref}`")
-            # An unsigned or forged record is no status at all: it neither blocks nor skips this one.
-            trusted = not self.status_problems(manifest)
+            if checked is not None and _canonical(manifest) != _canonical(checked.manifest):
+                changed = sorted(f for f in set(manifest) | set(checked.manifest)
+                                 if _canonical(manifest.get(f)) != _canonical(checked.manifest.get(f)))
+                raise GateFailed(f"{v.ref}: its manifest changed while the checklist ran ({', '.join(changed)}), so the "
+                                 f"verdict covers another manifest: nothing was signed; run `prefdata verify {v.ref}`")
+            problems = self.status_problems(manifest)
+            # What vouches for the fields a status signature covers: the creation signature; for a version
+            # from before those, a status signature that holds. Neither: nothing is signed.
+            vouching = (self._creation_problems(manifest) if manifest.get("creation_signature") is not None
+                        else problems)
+            if vouching:
+                raise GateFailed(f"{v.ref} cannot be signed: {vouching[0]}; run `prefdata verify {v.ref}`")
+            # An unsigned or forged status record is no status at all: it neither blocks nor skips this one.
+            trusted = not problems
             if trusted and manifest["status"] == "validated":
                 if status != "validated":
                     raise GateFailed(f"{v.ref} is validated; a validated version never changes status")
@@ -663,15 +812,19 @@ class Store:
         return Version(name, version, manifest)
 
     def versions(self, name: str | None = None) -> list[Version]:
+        """Every version (of one name), oldest first by the date it was made. Only NAME/ID folders are
+        versions: a folder whose name is no dataset name (`good copy/`) or whose id is not one the store
+        makes (`good/backup/`, staging, a look-alike) is no version, and is passed over without a word
+        that would stop the listing of every other dataset."""
         pattern = f"{self.root}/{check_name(name) if name else '*'}/*/{MANIFEST}"
         found = []
         for path in self.fs.glob(pattern):
             parts = path.rstrip("/").split("/")
             vname, version = parts[-3], parts[-2]
-            if version.startswith("."):
+            if not _VERSION_ID.fullmatch(version) or not _NAME.fullmatch(vname) or ".." in vname:
                 continue
             found.append(self._version(vname, version))
-        return sorted(found, key=lambda v: (v.name, v.manifest["created_at"], v.version))
+        return sorted(found, key=lambda v: (v.name, _created(v), v.version))
 
     def get(self, ref: str) -> Version:
         name, version = parse_ref(ref)
@@ -743,7 +896,7 @@ class Store:
         return self._problems(self.get(ref))
 
     @contextmanager
-    def pinned(self, ref: str) -> Iterator[tuple[Store, Version]]:
+    def pinned(self, ref: str, *, unsigned_draft_ok: bool = False) -> Iterator[tuple[Store, Version]]:
         """A private copy of one version and its manifest, for whatever must judge or use exactly
         the bytes the manifest names (the checklist before `publish` signs a status, a trainer).
 
@@ -751,17 +904,33 @@ class Store:
         hashed as it is copied, and checked against that manifest; any problem `verify` would name
         raises GateFailed before anything reads the copy. Since the copy is what gets read, a writer
         of the store who swaps a file between the check and the use changes nothing that is read.
-        Yields (a Store over the copy, the version as read); the copy is removed on exit."""
+        Yields (a Store over the copy, the version as read); the copy is removed on exit.
+
+        `unsigned_draft_ok`: a draft from before creation signatures passes (an --eval set: what is
+        read of it is its files, which its version id binds); every other problem still refuses.
+        A temporary folder without room for the copy is NoSpace naming it, and how to choose another."""
         v = self.get(ref)
-        with scratch("pinned") as copy_root:  # 0700
-            folder = f"{copy_root}/{v.name}/{v.version}"
-            os.makedirs(folder)
-            problems = self._problems(v, copy_to=folder)
-            if problems:
-                raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; "
-                                 "its files or its signed status changed")
-            with open(f"{folder}/{MANIFEST}", "wb") as handle:
-                handle.write(_dumps(v.manifest))
+        with ExitStack() as stack:
+            try:
+                copy_root = stack.enter_context(scratch("pinned"))  # 0700
+                folder = f"{copy_root}/{v.name}/{v.version}"
+                os.makedirs(folder)
+                problems = self._problems(v, copy_to=folder)
+                if unsigned_draft_ok:
+                    problems = [p for p in problems if p != UNSIGNED_DRAFT]
+                if problems:
+                    raise GateFailed(f"{v.ref} fails verification ({problems[0]}): run `prefdata verify {v.ref}`; "
+                                     "its files or its signed status changed")
+                with open(f"{folder}/{MANIFEST}", "wb") as handle:
+                    handle.write(_dumps(v.manifest))
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                size = sum(i.get("bytes") or 0 for i in v.manifest["files"].values() if isinstance(i, dict))
+                raise NoSpace(f"no space left in the temporary folder {tempfile.gettempdir()} for the private copy of "
+                              f"{v.ref} ({size / 2**20:.1f} MiB) that is checked before it is used ({exc.strerror}): "
+                              "free space there, or point TMPDIR at a folder with room "
+                              "(TMPDIR=/path/with/room prefdata ...)") from None
             yield Store(str(copy_root)), v
 
     def _problems(self, v: Version, copy_to: str | None = None) -> list[str]:
@@ -856,6 +1025,13 @@ class Store:
         if digest.hexdigest() != info["sha256"]:
             return f"changed: {rel} (sha256 {digest.hexdigest()[:12]}, manifest says {info['sha256'][:12]})"
         return None
+
+
+def _unsigned_draft(manifest: dict[str, Any]) -> bool:
+    """A draft written before versions were signed at creation (or one whose signatures were removed:
+    the two look the same, hence publish refuses both)."""
+    return (manifest.get("status") == "draft" and manifest.get("status_signature") is None
+            and manifest.get("creation_signature") is None)
 
 
 def _manifest_problem(manifest: Any) -> str | None:

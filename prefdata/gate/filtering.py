@@ -30,7 +30,10 @@ _ROW, _REASON = "__prefdata_row", "__prefdata_reason"  # spilled beside each dro
 def _drop_plan(results, ids: pl.Series) -> pl.DataFrame:
     """Per flagged id, for each check in checklist order (column `keep:CHECK`), how many of its first
     occurrences that check lets stay: its rows minus the times a copy check names it, 0 for any
-    other check, null where the check does not name it."""
+    other check, null where the check does not name it; for decontamination, the quarantine reason
+    naming the benchmark the pair contaminates (column `reason:decontamination`)."""
+    from prefdata.checks.isolation import DECONTAMINATION_ID, contaminated_by
+
     named = {r.id: Counter(str(i) for i in r.offending) for r in results if r.offending}
     copies = sorted({i for check, counts in named.items() if check in COPY_CHECKS for i in counts})
     ids = ids.cast(pl.String)
@@ -43,8 +46,14 @@ def _drop_plan(results, ids: pl.Series) -> pl.DataFrame:
         else:
             columns[check] = dict.fromkeys(counts, 0)
     flagged = sorted({i for keep in columns.values() for i in keep})
-    return pl.DataFrame({"id": flagged, **{f"keep:{c}": [keep.get(i) for i in flagged] for c, keep in columns.items()}},
+    plan = pl.DataFrame({"id": flagged, **{f"keep:{c}": [keep.get(i) for i in flagged] for c, keep in columns.items()}},
                         schema={"id": pl.String, **{f"keep:{c}": pl.Int64 for c in columns}})
+    decontaminated = next((r for r in results if r.id == DECONTAMINATION_ID and r.offending), None)
+    if decontaminated is not None:
+        benchmark = contaminated_by(decontaminated)
+        plan = plan.with_columns(pl.Series(f"reason:{DECONTAMINATION_ID}", [
+            f"check:{DECONTAMINATION_ID}:{benchmark[i]}" if i in benchmark else None for i in flagged], pl.String))
+    return plan
 
 
 def _frame_verdicts(ids: pl.Series, first_row: int, plan: pl.DataFrame, seen: pl.DataFrame):
@@ -54,8 +63,10 @@ def _frame_verdicts(ids: pl.Series, first_row: int, plan: pl.DataFrame, seen: pl
     hits = rows.join(plan, on="id", how="inner").join(seen, on="id", how="left").sort("row").with_columns(
         occurrence=pl.col("before").fill_null(0) + pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("id"))
     checks = [c.removeprefix("keep:") for c in plan.columns if c.startswith("keep:")]
-    reason = pl.coalesce([pl.when(pl.col("occurrence") > pl.col(f"keep:{c}")).then(pl.lit(f"check:{c}"))
-                          for c in checks]) if checks else pl.lit(None, pl.String)
+    # check:CHECK, or the check's own reason where the plan gives one (decontamination: check:decontamination:BENCHMARK)
+    reason = pl.coalesce([pl.when(pl.col("occurrence") > pl.col(f"keep:{c}")).then(
+        pl.col(f"reason:{c}") if f"reason:{c}" in plan.columns else pl.lit(f"check:{c}"))
+        for c in checks]) if checks else pl.lit(None, pl.String)
     hits = hits.select("row", "id", "occurrence", reason.alias("reason"))
     seen = pl.concat([seen, hits.group_by("id").agg(pl.col("occurrence").max().alias("before"))]
                      ).group_by("id").agg(pl.col("before").max())
@@ -64,17 +75,23 @@ def _frame_verdicts(ids: pl.Series, first_row: int, plan: pl.DataFrame, seen: pl
 
 
 def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP, config: dict[str, Any] | None = None,
-                   name: str | None = None, votes: str | None = None) -> tuple[Version, dict[str, Any]]:
+                   name: str | None = None, votes: str | None = None,
+                   benchmarks: list[str] | None = None) -> tuple[Version, dict[str, Any]]:
     """`votes`: a label audit's pulled votes, for `label_audit` (drops the pairs whose annotators'
-    majority overturned the label); the new version keeps the parent's own votes, not these."""
+    majority overturned the label); the new version keeps the parent's own votes, not these.
+    `benchmarks`: benchmark prompt files, for `decontamination` (drops the pairs whose prompt holds a
+    benchmark item, each quarantined as check:decontamination:BENCHMARK)."""
     from prefdata.checks.checklist import load_config, run_checklist
     from prefdata.gate.runner import load_inputs
 
     unknown = [c for c in drop if c not in ROW_CHECKS]
     if unknown:
         raise UnusableInput(f"cannot filter on {', '.join(unknown)}: use row-level checks ({', '.join(ROW_CHECKS)})")
+    if "decontamination" in drop and not benchmarks:
+        raise UnusableInput("--drop decontamination needs the benchmarks to check against: --benchmark FILE "
+                            "(repeatable; e.g. ../shared/data/ifeval)")
     parent = store.get(ref)
-    inputs, _ = load_inputs(parent.ref, votes=votes, store=store.url)
+    inputs, _ = load_inputs(parent.ref, votes=votes, store=store.url, benchmarks=benchmarks, stored=True)
     results = run_checklist(inputs, config or load_config(), only=list(drop))
     if "label_audit" in drop and not any(r.id == "label_audit" and r.status != "skip" for r in results):
         raise UnusableInput("--drop label_audit needs a label audit's votes: --votes FILE, from `prefdata argilla pull` "
@@ -95,6 +112,8 @@ def filter_version(store: Store, ref: str, drop: tuple[str, ...] = DEFAULT_DROP,
     }
     if "rendering" in parent.manifest["lineage"]:  # how its prompts were sampled: train compares it with its base model's
         lineage["rendering"] = parent.manifest["lineage"]["rendering"]
+    if benchmarks:
+        lineage["components"]["filter"]["benchmarks"] = [str(b) for b in benchmarks]
     own_votes = inputs.votes
     if votes is not None:
         import hashlib

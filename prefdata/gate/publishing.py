@@ -7,6 +7,7 @@ marked the same way whoever publishes it. No Prefect here.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -78,22 +79,31 @@ def validate_version(
     scorer: str | None = None,
     eval_data: str | None = None,
     reference_prompts: str | Path | None = None,
+    benchmarks: list[str] | None = None,
     title: str = "validate",
     read_from=None,
     dask: str | None = None,
 ) -> Validation:
     """Run the checklist on a stored version and write its reports; the status is left as it is.
-    `read_from`: a Store holding the version's bytes to check (a `pinned` copy); an --eval version
-    is still looked up in `store`. `dask`: run_gate's (the workers must reach the store's files)."""
-    from prefdata.gate.runner import load_inputs, run_gate
+    `read_from`: a Store holding the version's bytes to check (a `pinned` copy), whose manifest is the
+    one checked. REF, and an --eval written as NAME or NAME@VERSION, are versions of the store, never
+    files of that name in the working folder (an eval file is named by a path: ./FILE). The --eval
+    version is pinned as the version is: its files checked against its manifest as they are copied,
+    and the copy read. `dask`: run_gate's (the workers must reach the store's files)."""
+    from prefdata.gate.runner import load_inputs, names_a_version, run_gate
 
-    v = store.get(ref)
+    v = (read_from or store).get(ref)
     folder = Path(report_dir or default_report_dir(v.name, v.version)).resolve()
     checklist, config_source = checklist_of(store, v, config)
-    inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
-                               eval_store=store.url,
-                               reference_prompts=Path(reference_prompts) if reference_prompts else None,
-                               docs_dir=folder / "gx")
+    with ExitStack() as stack:
+        eval_store, eval_stored = None, False
+        if eval_data is not None and names_a_version(eval_data):
+            eval_copy, ev = stack.enter_context(_pinned_eval(store, eval_data))
+            eval_data, eval_store, eval_stored = ev.ref, eval_copy.url, True
+        inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
+                                   eval_store=eval_store, stored=True, eval_stored=eval_stored,
+                                   reference_prompts=Path(reference_prompts) if reference_prompts else None,
+                                   benchmarks=benchmarks, docs_dir=folder / "gx")
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}", dask=dask)
     report = {**outcome.report, "config": checklist, "config_source": config_source,
               "strict": strict or bool(checklist.get("strict")), "input": info}
@@ -102,11 +112,30 @@ def validate_version(
     return Validation(v.ref, outcome, report, folder)
 
 
+@contextmanager
+def _pinned_eval(store, ref: str):
+    """store.pinned for an --eval version: a draft from before creation signatures is fine there (what
+    is read of an eval set is its files, which its version id binds). An eval named as a version that
+    the store lacks, while a file of that name is here, says how to name the file."""
+    from prefdata.base.errors import UnusableInput
+
+    try:
+        store.get(ref)
+    except UnusableInput as exc:
+        if not Path(ref).exists():
+            raise
+        raise UnusableInput(f"--eval {ref}: {exc}; a file of that name is here, but --eval reads NAME@VERSION from the "
+                            f"store only: write ./{ref} to use the file") from None
+    with store.pinned(ref, unsigned_draft_ok=True) as pinned:
+        yield pinned
+
+
 def publish_version(store, ref: str, *, show: Callable[[Validation], None] | None = None, **settings) -> Publication:
     """Mark a version validated only when its files verify and the checklist passes; else mark it
     rejected and raise GateFailed (exit 1). A version validated already is left alone (nothing runs).
 
-    `settings` are validate_version's (config, strict, report_dir, scorer, eval_data, reference_prompts);
+    `settings` are validate_version's (config, strict, report_dir, scorer, eval_data, reference_prompts,
+    benchmarks);
     `show` sees the checklist's outcome before the status is set (the CLI prints it, a flow makes
     artifacts of it), so a refusal is reported in full before its error.
     """

@@ -48,6 +48,79 @@ def read_prompts(path: str | Path) -> pl.Series:
     return pl.Series("prompt", prompts, dtype=pl.String)
 
 
+# A benchmark item's key: the first of these columns a row has, else its row number.
+BENCHMARK_KEYS = ("key", "id", "question_id", "prompt_id", "idx")
+# A folder given as a benchmark holds one data file: these names (README, LICENSE...) are not it.
+NOT_BENCHMARK_DATA = ("readme", "license", "licence", "notice", "citation")
+
+
+def read_benchmarks(paths: list[str] | tuple[str, ...]) -> dict[str, pl.DataFrame]:
+    """`--benchmark FILE` (repeatable) for decontamination: name -> its items (`item`, `prompt`); a
+    name met twice gets -2, -3, ..."""
+    found: dict[str, pl.DataFrame] = {}
+    for path in paths:
+        name, items = read_benchmark(path)
+        unique, k = name, 1
+        while unique in found:
+            k += 1
+            unique = f"{name}-{k}"
+        found[unique] = items
+    return found
+
+
+def read_benchmark(path: str | Path) -> tuple[str, pl.DataFrame]:
+    """A benchmark's prompts, named: a .txt (one prompt a line), or a table `import` reads (.jsonl,
+    .json, .parquet, .csv; compressed too) with a prompt-like column (PROMPT_COLUMNS; a list of turns,
+    or of {role, content} messages, gives an item per user turn), or a folder holding one such file
+    (../shared/data/ifeval/). Its name is the folder's, else the file's name up to its first dot; an
+    item's key is its key, id or question_id column's, else its row number. A row it cannot read is
+    refused, never left out (a benchmark checked in part would pass what it does not check)."""
+    path = Path(path)
+    if not path.exists():
+        raise UnusableInput(f"--benchmark {path}: no such file or folder")
+    if path.is_dir():
+        name = path.resolve().name
+        files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")
+                       and not f.name.lower().startswith(NOT_BENCHMARK_DATA))
+        if len(files) != 1:
+            raise UnusableInput(f"--benchmark {path}: a folder must hold one data file (besides README and LICENSE); "
+                                f"it holds {len(files)}: name the file instead")
+        path = files[0]
+    else:
+        name = path.name.split(".")[0]
+    if path.suffix.lower() == ".txt":
+        lines = read_side_file(path, "--benchmark", MAX_PROMPTS_TXT_BYTES).splitlines()
+        items = [(str(k), line) for k, line in enumerate(lines, 1) if line.strip()]
+    else:
+        items = []
+        for row in read_rows(path):
+            if row.data is None:
+                raise UnusableInput(f"--benchmark {path}: row {row.number} cannot be read ({row.error}); fix or "
+                                    "remove it")
+            column = next((c for c in PROMPT_COLUMNS if c in row.data), None)
+            if column is None:
+                raise UnusableInput(f"--benchmark {path}: row {row.number} has no column named one of "
+                                    f"{', '.join(PROMPT_COLUMNS)}")
+            key = next((str(row.data[c]) for c in BENCHMARK_KEYS if row.data.get(c) is not None), str(row.number))
+            turns = _user_turns(row.data[column])
+            items += [(key if len(turns) == 1 else f"{key}.{t}", text) for t, text in enumerate(turns, 1)]
+    if not items:
+        raise UnusableInput(f"--benchmark {path}: no prompts in it")
+    keys, prompts = zip(*items)
+    return name, pl.DataFrame({"item": list(keys), "prompt": list(prompts)},
+                              schema={"item": pl.String, "prompt": pl.String})
+
+
+def _user_turns(value: Any) -> list[str]:
+    """A prompt cell's user text: the text, each text of a list of turns, or the user messages' content."""
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        texts = [v.get("content") if isinstance(v, dict) and v.get("role", "user") == "user" else v for v in value]
+        return [t for t in texts if isinstance(t, str) and t.strip()]
+    return []
+
+
 def read_text(path: Path | None, what: str = "--card") -> str | None:
     """A side file's text (the card): a regular file of bounded size, never /dev/zero or a FIFO."""
     if path is None:
@@ -67,21 +140,33 @@ def load_inputs(
     docs_dir: Path | None = None,
     batch_rows: int | None = None,
     eval_store: str | None = None,
+    stored: bool = False,
+    eval_stored: bool = False,
+    benchmarks: list[str] | tuple[str, ...] | None = None,
 ):
     """DATA is a file `prefdata import` reads, or a store version NAME@VERSION. A Parquet file of
     more than `batch_rows` rows (default columnar.BATCH_ROWS), or a version written in shards, is
-    checked shard by shard (checks/batched.py). `eval_store`: where an EVAL version is (default: `store`)."""
+    checked shard by shard (checks/batched.py). `eval_store`: where an EVAL version is (default: `store`).
+    `stored` (`eval_stored`): DATA (EVAL) is a version of the store, read from it only, never from a file
+    of that name in the working folder (publish and validate judge versions, not files)."""
     from prefdata.checks.checklist import CheckInputs
 
     info: dict[str, Any] = {"data": data}
     read: dict[str, Any] = {}
-    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows)
+    benchmark_sets = read_benchmarks(benchmarks) if benchmarks else None  # a bad --benchmark fails before the import
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows,
+                                                                            stored=stored)
     eval_pairs = None
     if eval_data is not None:
-        eval_pairs = _load_dataset(eval_data, None, eval_store or store, {})[0]
+        eval_info: dict[str, Any] = {}
+        eval_pairs = _load_dataset(eval_data, None, eval_store or store, eval_info, stored=eval_stored)[0]
+        info["eval"] = eval_info.get("version") or eval_data
+    if benchmarks:  # what decontamination was checked against, in the report (not in the checklist: an input)
+        info["benchmarks"] = [str(b) for b in benchmarks]
     inputs = CheckInputs(
         pairs=pairs, comparisons=comparisons, votes=vote_frame, eval_pairs=eval_pairs,
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
+        benchmarks=benchmark_sets,
         card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
         lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"),
     )
@@ -97,9 +182,37 @@ def load_inputs(
     return inputs, info
 
 
+def names_a_version(text: str) -> bool:
+    """Whether `text` is written as a store version (NAME, NAME@VERSION, NAME@latest); a path with a
+    folder in it (`./NAME@VERSION`, `data/x.jsonl`) never is."""
+    from prefdata.data.store import parse_ref
+
+    try:
+        parse_ref(text)
+    except Exception:  # noqa: BLE001 - UnusableInput: not a name
+        return False
+    return True
+
+
+def file_shadows_ref(data: str, store: str | None) -> str | None:
+    """For `check DATA`, which reads a file of that name first: the one line saying so when DATA is
+    both a file here and a version in the store, and how to name each; else None."""
+    if not Path(data).exists() or not names_a_version(data):
+        return None
+    from prefdata.data.store import Store
+
+    try:
+        v = Store(store).get(data)
+    except Exception:  # noqa: BLE001 - no such version (or no usable store): nothing is shadowed
+        return None
+    return (f"{data} is both a file here and the store version {v.ref}: checking the file, which ./{data} names "
+            "without doubt (to check the version, run check from another folder; publish, validate and train read "
+            "only the store)")
+
+
 def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any],
-                  read: dict[str, Any] | None = None, batch_rows: int | None = None):
-    if Path(data).exists():
+                  read: dict[str, Any] | None = None, batch_rows: int | None = None, stored: bool = False):
+    if not stored and Path(data).exists():
         from prefdata.data.importer import import_file, import_file_to_shards
 
         if read is not None:  # the file under check: a big one is imported into temporary shards
@@ -119,7 +232,7 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
         if read is not None:  # the rows a file loses at read count against the gate (checks/checklist.py)
             read.update(lost=lost_at_read(result, votes), rows=result.read + result.votes_read)
         return result.pairs, result.comparisons, result.votes, None, None, {"sources": result.sources}
-    if "@" not in data and ("/" in data or "." in Path(data).suffix):
+    if not stored and "@" not in data and ("/" in data or "." in Path(data).suffix):
         raise UnusableInput(f"{data}: no such file (and not a store version NAME@VERSION)")
     from prefdata.data.store import Store
 
