@@ -99,6 +99,20 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def healthy(api: str, started: Started, timeout: float = 240) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{api}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, started.log()
+        time.sleep(1)
+
+
 def command(folder: Path, env: dict, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -135,8 +149,8 @@ def test_the_chain_on_a_prefect_server_a_work_pool_and_a_worker(tmp_path):
     port = free_port()
     try:
         started.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port))
-        started.wait_for("server", "Check out the dashboard")
         env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+        healthy(env["PREFECT_API_URL"], started)  # its banner comes before it listens
         pool = command(folder, env, str(BIN / "prefect"), "work-pool", "create", "prefdata-local", "--type", "process")
         assert pool.returncode == 0, pool.stdout + pool.stderr
         deployed = command(folder, env, str(BIN / "prefect"), "--no-prompt", "deploy", "--all",

@@ -164,8 +164,8 @@ def test_dpo_trains_from_a_validated_version_and_records_it(dataset, world, tmp_
     # id (this base is a local folder: kept in the record), each step's metrics in the file it links.
     from huggingface_hub import ModelCard
 
-    assert len(card.encode()) < 30_000 and "base_model:" not in card and record["base_model"] == str(world.sft)
     metadata = ModelCard(card).data.to_dict()
+    assert len(card.encode()) < 30_000 and "base_model" not in metadata and record["base_model"] == str(world.sft)
     assert metadata["prefdata"]["dataset"] == dataset["ref"] and "log" not in metadata["prefdata"]["metrics"]
     steps = [json.loads(line) for line in (result.model_dir / "train_steps.jsonl").read_text().splitlines()]
     assert steps == json.loads(json.dumps(log, default=str)) and "(train_steps.jsonl)" in card
