@@ -375,11 +375,15 @@ def shipped(value: str | None, what: str) -> str | None:
     from importlib import resources
 
     return str(resources.files("prefdata.world").joinpath(WORLD_FILES[what]))
+
+
 # Keys of a trainer's config mapping that name files (the trainers' config dataclasses).
 CONFIG_PATHS = ("output_dir", "general_sft", "eval_sft")
 
 
 def _is_ref(value: str) -> bool:
+    """NAME@VERSION, read from the store. (A value without a "/" could only name something inside the
+    working folder anyway.)"""
     name, at, version = value.partition("@")
     return bool(at) and "/" not in value and bool(name)
 

@@ -259,3 +259,23 @@ def test_check_refuses_more_local_workers_than_cores_in_one_line(tmp_path, capsy
     data = write_rows(tmp_path / "d.jsonl", [GOOD])
     code, _, err = cli(capsys, "check", str(data), "--dask", f"local:{2 * usable_cores() + 1}")
     assert code == 2 and f"(local:{2 * usable_cores()})" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_comparison_id_equal_to_a_content_id_gives_the_same_import_in_either_order(tmp_path):
+    """The same rule on the comparisons format's batched path (comparison_batches): streamed into the
+    store a row at a time, the row that gives the id keeps it in either order."""
+    from prefdata.data.importer import import_file_to_store
+    from prefdata.data.store import Store
+
+    without = {"prompt": "q", "response_a": "good", "response_b": "bad", "label": "a"}
+    one = write_rows(tmp_path / "one.jsonl", [without])
+    content_id = import_file(one, fmt="comparisons").comparisons["id"][0]
+    given = {"id": content_id, "prompt": "other", "response_a": "x", "response_b": "y", "label": "b"}
+    outcomes = []
+    for k, order in enumerate([[given, without], [without, given]]):
+        src = write_rows(tmp_path / f"c{k}.jsonl", order)
+        result, version = import_file_to_store(src, f"order{k}", Store(str(tmp_path / "store")), fmt="comparisons",
+                                               batch_rows=1)
+        rows = Store(str(tmp_path / "store")).load(version.ref, "comparisons")
+        outcomes.append((sorted(rows.select("id", "prompt").rows()), result.quarantine))
+    assert outcomes[0] == outcomes[1] == ([(content_id, "other"), (f"{content_id}-2", "q")], [])

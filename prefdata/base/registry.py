@@ -40,6 +40,7 @@ from prefdata.base.errors import UnusableInput
 
 FILE_ENV = "PREFDATA_REGISTRY"
 OWN_DISTRIBUTION = "prefdata"  # whose entry points are the built-ins
+ALLOW_KEYS = ("api_key_env", "addresses", "paths")  # the lists of the file's [allow] table
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,6 @@ def load(kind: str, spec: str, where: str):
 
 
 # ---- what a deployment's run may reach ---------------------------------------------------------------
-
-ALLOW_KEYS = ("api_key_env", "addresses", "paths")
-
 
 def allowed(key: str) -> list[str]:
     return list(_read_file().get("allow", {}).get(key, []))

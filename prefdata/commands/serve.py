@@ -8,6 +8,7 @@ Only typer at import time: `prefdata --help` must not load Prefect.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -79,10 +80,22 @@ def run(
     if state is not None and state.is_completed():
         return 0
     if state is not None and state.message:  # the flow's own reason, where the user is
-        print(f"{deployment}: {state.message}", file=sys.stderr)
+        print(f"{deployment}: {_reason(state.message)}", file=sys.stderr)
     elif state is None or not state.is_final():
         print(f"{deployment}: not finished after {timeout:g} s (--timeout); it goes on", file=sys.stderr)
     return 1
+
+
+# How Prefect words a flow that raised: "Flow run encountered an exception: GateFailed: <our line>".
+_RAISED = re.compile(r"^Flow run encountered an exception: (?:GateFailed|UnusableInput|NoSpace|PrefdataError|"
+                     r"DamagedFile): ")
+
+
+def _reason(message: str) -> str:
+    """A failed run's message as the command would have printed it: prefdata's own errors as their one
+    line, `prefdata: error: ...`; anything else (a crash, a bug) as Prefect gives it."""
+    found = _RAISED.match(message)
+    return f"prefdata: error: {message[found.end():]}" if found else message
 
 
 def _check_parameters(name: str, deployment, given: dict) -> None:

@@ -35,7 +35,7 @@ from prefdata.data.formats import from_comparison, resolve, vote_label_frame
 from prefdata.data.readers import (ROW_BYTES_PER_TEXT_BYTE, RawRow, parquet_problem, parquet_rows_in_batches,
                                    read_rows, rows_in_batches)
 from prefdata.data.records import COMPARISON_COLUMNS, OPTIONAL_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
-from prefdata.data.rows import content_digest, convert_rows, records_frame
+from prefdata.data.rows import content_digest, convert_rows, given_ids, records_frame
 
 TEXTS = ("prompt", "response_a", "response_b")  # what the checks never read of a comparison
 VOTE_SCHEMA = {c: pl.String for c in VOTE_COLUMNS}
@@ -69,15 +69,20 @@ def comparison_batches(path: Path, parquet: bool, max_text_bytes: int, batch_row
     file's rows, when they are already read (a JSON file of one batch, read once to count them)."""
     n_batches = max(1, -(-lines // batch_rows))
     opened = ComparisonBatches("comparisons", 0, n_batches, iter(()))
-    source = (rows if rows is not None else _parquet_rows(path, min(batch_rows, PARQUET_READ_ROWS)) if parquet
-              else read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
+
+    def source():
+        return (rows if rows is not None else _parquet_rows(path, min(batch_rows, PARQUET_READ_ROWS)) if parquet
+                else read_rows(path, ROW_BYTES_PER_TEXT_BYTE * max_text_bytes))
 
     def batches() -> Iterator[ComparisonBatch]:
         content_by_id: dict[str, bytes] = {}  # every kept id so far -> its content's digest
-        for rows in rows_in_batches(source, batch_rows, n_batches):
-            opened.read += len(rows)
-            converted, quarantine = convert_rows(path, rows, from_comparison, max_text_bytes, content_by_id,
-                                                 content_digest)
+        # the whole file's source ids first (one more read when the rows are not in memory already): a row
+        # without an id is never numbered onto one, whichever comes first (rows.assign_id)
+        reserved = given_ids(source())
+        for batch in rows_in_batches(source(), batch_rows, n_batches):
+            opened.read += len(batch)
+            converted, quarantine = convert_rows(path, batch, from_comparison, max_text_bytes, content_by_id,
+                                                 content_digest, reserved)
             votes = [{"pair_id": c.record["id"], "annotator": a, "vote": v} for c in converted for a, v in c.votes]
             yield ComparisonBatch([c.record for c in converted], votes, quarantine)
 
