@@ -202,11 +202,11 @@ def test_version_and_the_quiet_defaults():
 
     done = run("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"prefdata {version('prefdata')}"
-    environ = {"DO_NOT_TRACK": "0"}
+    environ = {"DO_NOT_TRACK": "0", "HF_HUB_OFFLINE": "0"}
 
     class Piped:
         def isatty(self):
             return True  # leave typer's rich help alone in this process
 
     apply_quiet_defaults(environ, Piped())
-    assert environ == {**QUIET_DEFAULTS, "DO_NOT_TRACK": "0"}  # the user's own value is kept
+    assert environ == {**QUIET_DEFAULTS, "DO_NOT_TRACK": "0", "HF_HUB_OFFLINE": "0"}  # the user's own values kept

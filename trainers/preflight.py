@@ -5,6 +5,7 @@ and training pairs the trainer would cut or mis-tokenise (the template_fit check
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,10 @@ def check_base_model(spec: str) -> None:
     try:
         load_config(spec)
     except (OSError, ValueError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        why = "HF_HUB_OFFLINE is set (prefdata's default): set HF_HUB_OFFLINE=0 to download it, or " if offline else ""
         raise UnusableInput(f"base model {spec!r} is no local folder and cannot be loaded from the hub "
-                            f"({str(exc).splitlines()[0]}): {fix}") from None
+                            f"({str(exc).splitlines()[0]}): {why}{fix}") from None
 
 
 def base_tokenizer(method: str, spec: str) -> Any:

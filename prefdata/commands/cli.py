@@ -61,9 +61,11 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tr
 
 
 # What the Makefile sets, applied by the command itself unless the user set them: no library phones
-# home (on a machine without network each attempt printed "Failed to send telemetry" errors). The
-# hub's offline mode is left to the user: a model named by its hub id needs the network.
-QUIET_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+# home (on a machine without network each attempt printed "Failed to send telemetry" errors), and the
+# hub is not asked for what is on disk. A model named by its hub id needs HF_HUB_OFFLINE=0 (the
+# refusal says so).
+QUIET_DEFAULTS = {"HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+                  "HF_HUB_OFFLINE": "1"}
 
 
 def apply_quiet_defaults(environ=os.environ, stdout=sys.stdout) -> None:
