@@ -37,7 +37,8 @@ def free_port() -> int:
 def base_env(folder: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PREFECT_API_URL", "PREFDATA_STORE", "PREFDATA_REGISTRY") and not k.startswith("PYTEST")}
-    env.update(PREFECT_HOME=str(folder / ".prefect-home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+    # PWD as a shell sets it: prefect.yaml's pull step runs the flows in `{{ $PWD }}` of `prefect deploy`
+    env.update(PWD=str(folder), PREFECT_HOME=str(folder / ".prefect-home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
                PREFECT_RUNNER_POLL_FREQUENCY="2", PREFECT_WORKER_QUERY_SECONDS="2")
     return env
 
