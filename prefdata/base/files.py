@@ -70,23 +70,28 @@ def read_at_most(handle: BinaryIO, limit: int, block: int = 1 << 20) -> bytes:
     return b"".join(chunks)
 
 
+def open_named(path: str | os.PathLike, where: str, fix: str, missing: str = "no such file") -> BinaryIO:
+    """A file a user named (symlinks followed) opened when it is a regular file; else UnusableInput, one
+    line: `where` (e.g. "--card /dev/zero"), what the path is or why it cannot be read, and `fix`."""
+    try:
+        return open_regular(path, follow_symlinks=True)
+    except NotRegularFile as exc:
+        raise UnusableInput(f"{where} is {exc.kind}, not a regular file{fix} (save a stream to a file first)") from None
+    except FileNotFoundError:
+        raise UnusableInput(f"{where}: {missing}") from None
+    except OSError as exc:
+        raise UnusableInput(f"{where}: cannot read it ({exc.strerror})") from None
+
+
 def read_side_file(path: str | os.PathLike, what: str, limit: int = MAX_SIDE_FILE_BYTES) -> str:
     """A side input a user names (a card, a checklist or trainer config, reference prompts) as UTF-8
     text: a regular file, or a symlink to one, of at most `limit` bytes. Anything else is one line,
     UnusableInput (exit 2), naming the option (`what`, e.g. "--card") and its file, what is wrong
     and what to pass instead."""
     path = Path(path)
-    try:
-        with open_regular(path, follow_symlinks=True) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            data = b"" if size > limit else read_at_most(handle, limit)
-    except NotRegularFile as exc:
-        raise UnusableInput(f"{what} {path} is {exc.kind}, not a regular file: pass the path of a regular file "
-                            "(save a stream to a file first)") from None
-    except FileNotFoundError:
-        raise UnusableInput(f"{what} {path}: no such file") from None
-    except OSError as exc:
-        raise UnusableInput(f"{what} {path}: cannot read it ({exc.strerror})") from None
+    with open_named(path, f"{what} {path}", ": pass the path of a regular file") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = b"" if size > limit else read_at_most(handle, limit)
     if size > limit or len(data) > limit:
         raise UnusableInput(f"{what} {path} is larger than {limit / (1 << 20):g} MiB, more than prefdata reads for "
                             "it: pass a smaller file")

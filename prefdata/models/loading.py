@@ -96,20 +96,11 @@ def _gguf_file(path: str | Path) -> Path:
     """`path` when it is a regular GGUF file (or a symlink to one); otherwise UnusableInput with its true
     reason: missing, a FIFO or device or folder (told by its mode, never opened: a FIFO blocks, /dev/zero
     never ends), unreadable, or without the GGUF magic bytes."""
-    from prefdata.base.files import NotRegularFile, open_regular
+    from prefdata.base.files import open_named
 
     source = Path(path).expanduser()
-    try:
-        handle = open_regular(source, follow_symlinks=True)
-    except NotRegularFile as exc:
-        raise UnusableInput(f"{path} is {exc.kind}, not a regular file; give the path of a .gguf model file "
-                            "(save a stream to a file first)") from None
-    except FileNotFoundError:
-        raise UnusableInput(f"{path}: no such GGUF file; give the path of a .gguf model file") from None
-    except OSError as exc:
-        raise UnusableInput(f"{path}: cannot read it ({exc.strerror}); give the path of a readable .gguf model "
-                            "file") from None
-    with handle:
+    with open_named(source, str(path), "; give the path of a .gguf model file",
+                    missing="no such GGUF file; give the path of a .gguf model file") as handle:
         if importlib.util.find_spec("gguf") is None:
             raise UnusableInput(NEEDS_GGUF)
         if handle.read(4) != b"GGUF":
