@@ -194,7 +194,7 @@ def served(tmp_path_factory):
     assert imported.returncode == 0, imported.stderr
     ref = next(line.split()[1] for line in imported.stdout.splitlines() if line.startswith("version:"))
     serving = subprocess.Popen([sys.executable, "-m", "prefdata", "serve", "--file", str(REPO / "prefect.yaml"),
-                                "--only", "validate/on-demand", "--only", "train/train"], env=env, cwd=folder,
+                                "--only", "validate/on-demand", "--only", "train/train", "--only", "collect/nightly"], env=env, cwd=folder,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     threading.Thread(target=lambda: output.extend(serving.stdout), daemon=True).start()
@@ -247,3 +247,16 @@ def test_a_flow_run_cannot_write_or_read_outside_its_folder(served):
     assert out.stdout.startswith("FAILED") and "checks.reference_prompts" in out.stdout, out.stdout
     inside = run("validate/on-demand", dataset=ref, checks={"report_dir": "reports/mine"})  # inside: allowed
     assert (folder / "reports" / "mine" / "report.md").is_file(), inside.stdout + inside.stderr
+
+
+def test_a_collect_run_cannot_name_code_a_key_or_a_server(served):
+    """The collect deployment, through Prefect's API: a judge naming unregistered code, and a policy
+    sending an environment variable's value to a server nobody allowed."""
+    folder, ref, run, cli, output = served
+    out = run("collect/nightly", judge={"kind": "verifier", "verifier": "timeit:timeit"})
+    assert out.stdout.startswith("FAILED") and "is not a registered verifier" in out.stdout, out.stdout + out.stderr
+    out = run("collect/nightly", policy={"model": "m", "base_url": "http://198.51.100.7:80/v1", "api_key_env": "HOME"})
+    assert out.stdout.startswith("FAILED") and "policy.base_url" in out.stdout, out.stdout + out.stderr
+    out = run("collect/nightly", policy={"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "HOME"})
+    assert out.stdout.startswith("FAILED") and "policy.api_key_env 'HOME'" in out.stdout, out.stdout + out.stderr
+    assert not (folder / "PWNED").exists()
