@@ -11,6 +11,10 @@ ranges and choices of its parameters, and the traits the three runners read:
                  it over the shards (row-local ones shard by shard, the others on an engine of their own)
     needs        the inputs besides the pairs it cannot judge without (it skips): a Dask run has the
                  pairs alone, so it runs the row-local checks that need nothing else
+    reads        which part of a conversation it reads, said by `check --list-checks` and README: the
+                 whole conversation (`prompt`, every turn), the final replies (`chosen`, `rejected`),
+                 or the user's turns alone (bound by `_user_turns`: the assistant's earlier turns are
+                 no leak, no benchmark prompt and no harmful request)
 
 checklist.py runs CHECKS in memory, batched.py and distributed.py pick from them by these traits;
 none keeps a list of its own. Parameter defaults live in checks/checklist.yaml (base.default).
@@ -24,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from prefdata.data.records import with_user_turns
 
 from . import agreement, content, dedup, direction, gx_suite, isolation, structure, template_fit
 
@@ -123,6 +129,7 @@ class Check:
     # the parameters whose value at one end of its range lets every row pass ("low" or "high" end; "empty"
     # for a list): such a value turns the check off, which is a waiver, and load_config asks for one
     off_at: dict[str, str] = field(default_factory=dict)
+    reads: str = ""
 
     def turns_off(self, name: str, value: Any) -> bool:
         end = self.off_at.get(name)
@@ -142,6 +149,11 @@ def _pairs(i: CheckInputs) -> dict[str, Any]:
     return {"pairs": i.pairs}
 
 
+def _user_turns(i: CheckInputs) -> dict[str, Any]:
+    """The pairs with `prompt` as the user's turns (records.with_user_turns: as they are for text prompts)."""
+    return {"pairs": with_user_turns(i.pairs)}
+
+
 def _train_and_eval(i: CheckInputs) -> dict[str, Any]:
     train, held_out = isolation.split_train_eval(i.pairs)
     return {"train": train, "eval_pairs": i.eval_pairs if i.eval_pairs is not None else held_out, "votes": i.votes}
@@ -152,64 +164,85 @@ CHECKS: dict[str, Check] = {
         content.check_prompt_distribution,
         lambda i: {"prompts": isolation.split_train_eval(i.pairs)[0]["prompt"], "reference": i.reference_prompts},
         ranges={"alpha": P_VALUE, "max_samples": POSITIVE, "seed": COUNT, "n_permutations": POSITIVE},
-        needs=("reference_prompts",)),
+        needs=("reference_prompts",),
+        reads="the whole conversation (prompt) of the train split"),
     "same_policy": Check(structure.check_same_policy,
-                         lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage}),
+                         lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage},
+                         reads="the models recorded for each reply (no text)"),
     "length_ratio": Check(structure.check_length_ratio, _pairs,
                           ranges={"max_ratio": LENGTH_RATIO, "max_violation_share": SHARE},
                           off_at={"max_violation_share": "high"},
-                          merge=Merge(structure.length_ratio_message, structure.length_ratio_merged)),
+                          merge=Merge(structure.length_ratio_message, structure.length_ratio_merged),
+                          reads="the final replies"),
     "agreement": Check(
         agreement.check_agreement, lambda i: {"votes": i.votes},
         ranges={"threshold": Range(-1, 1),  # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
                 "max_quality_gap": SHARE, "min_annotator_quality": SHARE,  # Dawid-Skene qualities are accuracies
                 "min_annotator_votes": COUNT},
-        choices={"level": agreement.LEVELS}, needs=("votes",), off_at={"threshold": "low"}),
+        choices={"level": agreement.LEVELS}, needs=("votes",), off_at={"threshold": "low"},
+        reads="the annotators' votes (no text)"),
     # no result unless the votes carry the dataset's labels (a label audit): never a skip
     "label_audit": Check(agreement.check_label_audit, lambda i: {"votes": i.votes},
-                         ranges={"min_agreement": SHARE}, needs=("votes",), off_at={"min_agreement": "low"}),
-    "safety": Check(content.check_safety, _pairs,
+                         ranges={"min_agreement": SHARE}, needs=("votes",), off_at={"min_agreement": "low"},
+                         reads="the audit's votes and the dataset's labels (no text)"),
+    "safety": Check(content.check_safety, _user_turns,
                     ranges={"max_flagged_share": SHARE, "score_threshold": SHARE},  # a classifier's score
                     off_at={"max_flagged_share": "high", "fail_on": "empty", "score_threshold": "high"},
-                    merge=Merge(content.safety_message), needs_text=True),
+                    merge=Merge(content.safety_message), needs_text=True,
+                    reads="the user turns and the chosen reply"),
     "category_coverage": Check(content.check_category_coverage, _pairs, ranges={"min_share": SHARE},
-                               off_at={"min_share": "low"}),
-    "answer_leakage": Check(content.check_answer_leakage, _pairs,
+                               off_at={"min_share": "low"},
+                               reads="the category column, else the whole conversation (keyword tagger)"),
+    "answer_leakage": Check(content.check_answer_leakage, _user_turns,
                             ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True), "min_chars": COUNT},
-                            merge=Merge(content.leakage_message), needs_text=True),
+                            merge=Merge(content.leakage_message), needs_text=True,
+                            reads="the user turns, for the chosen reply (or a reference answer)"),
     "label_direction": Check(direction.check_label_direction, lambda i: {"pairs": i.pairs, "verdicts": i.verdicts},
-                             ranges={"min_agreement": SHARE}, needs=("verdicts",), off_at={"min_agreement": "low"}),
-    "split_isolation": Check(isolation.check_split_isolation, _train_and_eval, ranges={"near_threshold": SIMILARITY}),
-    # reads the prompts only, which a sharded run's thin frame has: it runs there unchanged
-    "decontamination": Check(isolation.check_decontamination, lambda i: {"pairs": i.pairs, "benchmarks": i.benchmarks},
+                             ranges={"min_agreement": SHARE}, needs=("verdicts",), off_at={"min_agreement": "low"},
+                             reads="the scorer's verdicts; a judge sees the whole conversation and both final replies"),
+    "split_isolation": Check(isolation.check_split_isolation, _train_and_eval, ranges={"near_threshold": SIMILARITY},
+                             reads="the whole conversation (prompt), annotators and sources"),
+    # reads the prompts only (and their messages), which a sharded run's thin frame has: it runs there unchanged
+    "decontamination": Check(isolation.check_decontamination,
+                             lambda i: {"pairs": with_user_turns(i.pairs), "benchmarks": i.benchmarks},
                              ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True),
                                      "max_contaminated_share": SHARE},
-                             needs=("benchmarks",), off_at={"max_contaminated_share": "high"}),
+                             needs=("benchmarks",), off_at={"max_contaminated_share": "high"},
+                             reads="the user turns"),
     "min_size": Check(structure.check_min_size, _pairs, ranges={"min_pairs": COUNT, "min_pairs_hard": COUNT},
-                      choices={"kind": structure.SIZE_KINDS}, off_at={"min_pairs": "low", "min_pairs_hard": "low"}),
+                      choices={"kind": structure.SIZE_KINDS}, off_at={"min_pairs": "low", "min_pairs_hard": "low"},
+                      reads="the row count"),
     "sft_subset": Check(structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft},
-                        ranges={"min_ratio": Range(0)}, off_at={"min_ratio": "low"}),  # SFT rows / train pairs
+                        ranges={"min_ratio": Range(0)}, off_at={"min_ratio": "low"},  # SFT rows / train pairs
+                        reads="the chosen replies and the SFT subset"),
     "annotation_guidelines": Check(structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text},
-                                   ranges={"min_chars": COUNT}),  # no card is a failure, not a skip
+                                   ranges={"min_chars": COUNT},  # no card is a failure, not a skip
+                                   reads="the dataset card"),
     "exact_duplicates": Check(dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
-                              ranges={"max_share": SHARE}, needs_text=True, off_at={"max_share": "high"}),
+                              ranges={"max_share": SHARE}, needs_text=True, off_at={"max_share": "high"},
+                              reads="the whole conversation and both final replies"),
     "near_duplicates": Check(dedup.check_near_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
                              ranges={"threshold": SIMILARITY, "num_perm": POSITIVE, "ngram": POSITIVE,
                                      "max_share": SHARE, "seed": COUNT},
-                             choices={"scope": ("pair", "prompt")}, needs_text=True, off_at={"max_share": "high"}),
+                             choices={"scope": ("pair", "prompt")}, needs_text=True, off_at={"max_share": "high"},
+                             reads="the whole conversation and both final replies (scope prompt: the conversation)"),
     "degenerate_pairs": Check(structure.check_degenerate_pairs,
                               lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
                                          "lost": lost_for(i, "degenerate_pairs")},
-                              merge=Merge(structure.degenerate_message), needs_text=True),
+                              merge=Merge(structure.degenerate_message), needs_text=True,
+                              reads="the final replies, and the comparisons' labels"),
     "unreadable_rows": Check(structure.check_unreadable_rows,
                              lambda i: {"lost": lost_for(i, "unreadable_rows"),
                                         "n_read": i.rows_read if i.rows_read is not None else i.pairs.height},
-                             ranges={"max_share": SHARE}, off_at={"max_share": "high"}),
+                             ranges={"max_share": SHARE}, off_at={"max_share": "high"},
+                             reads="the rows left out at read"),
     "gx": Check(gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir},
-                ranges={"max_length_ratio": LENGTH_RATIO, "max_text_chars": POSITIVE, "min_rows": COUNT}),
+                ranges={"max_length_ratio": LENGTH_RATIO, "max_text_chars": POSITIVE, "min_rows": COUNT},
+                reads="the whole conversation (prompt) and the final replies: nulls, lengths, ids"),
     "template_fit": Check(template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer,
                                                                            "rendering": i.rendering},
                           ranges={"max_length": POSITIVE, "max_offending_share": SHARE},
                           off_at={"max_offending_share": "high"},
-                          merge=Merge(template_fit.fit_message), needs_text=True, needs=("tokenizer",)),
+                          merge=Merge(template_fit.fit_message), needs_text=True, needs=("tokenizer",),
+                          reads="the whole conversation with each final reply, rendered as the trainer renders it"),
 }

@@ -442,7 +442,8 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     comparisons, verdicts = out["comparisons"], out["verdicts"]
 
     policy_ = RoutingPolicy(routing.min_confidence, tuple(routing.human_categories), routing.audit_share, routing.seed)
-    items = [PairToJudge(c["prompt"], c["response_a"], c["response_b"], c["pair_id"]) for c in comparisons]
+    items = [PairToJudge(c["prompt"], c["response_a"], c["response_b"], c["pair_id"],
+                         prompt_messages=c.get("prompt_messages")) for c in comparisons]
     routed = route(items, verdicts, policy_)
     queue = [r for r in routed if r["route"] in ("human", "both")]
     queue_file = Path(humans.queue_dir) / f"{name}.jsonl"

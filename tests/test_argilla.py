@@ -792,7 +792,8 @@ def test_label_audit_of_hh_rlhf_pairs_round_trips(argilla, shared_data, tmp_path
         assert order == shown_order(pair["id"], 3)
         shown = (record["fields"]["response_a"], record["fields"]["response_b"])
         assert shown == ((pair["chosen"], pair["rejected"]) if order == "ab" else (pair["rejected"], pair["chosen"]))
-        assert record["fields"]["prompt"] == pair["prompt"] and record["suggestions"] == []
+        # HH-RLHF keeps its turns: the audit shows the conversation as a chat field
+        assert record["fields"]["prompt"] == json.loads(pair["prompt_messages"]) and record["suggestions"] == []
     assert {r["metadata"]["order"] for r in records} == {"ab", "ba"}
 
     audited = sorted(r["external_id"] for r in records)

@@ -720,7 +720,8 @@ def test_distribution_different_sources_fail(xstest, mtbench, hh):
     hh_xs = check_prompt_distribution(hh["prompt"], xstest["prompt"])
     assert xs_mt.status == "fail" and hh_xs.status == "fail"
     assert hh_xs.details["n_sampled_prompts"] == 2000 and hh_xs.details["n_prompts"] == hh.height
-    assert any("man:" in t["ngram"] or "ant:" in t["ngram"] for t in hh_xs.details["top_ngrams"])
+    # what sets HH apart is its conversations: the rendering's "Assistant:" turns
+    assert any(t["ngram"] in "Assistant:".lower() and len(t["ngram"]) >= 4 for t in hh_xs.details["top_ngrams"])
 
 
 def test_answer_leakage_flags_a_prompt_that_states_its_own_short_answer():

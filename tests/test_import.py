@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from prefdata.base.errors import UnusableInput
-from prefdata.data.formats import split_hh
+from prefdata.data.formats import from_comparison, from_hh, from_trl, from_trl_chat, hh_turns, split_hh
 from prefdata.data.importer import import_file, version_tables
-from prefdata.data.records import pair_id, prompt_id
+from prefdata.data.records import pair_id, prompt_id, render_turns
 
 
 def write_jsonl(path, rows):
@@ -21,22 +21,61 @@ def write_jsonl(path, rows):
     return path
 
 
-def test_hh_rlhf_real_file_splits_every_transcript(shared_data):
+def _transcript(turns: list[dict], reply: str) -> str:
+    """An HH transcript written back from its turns and final reply."""
+    marker = {"user": "Human", "assistant": "Assistant"}
+    return "".join(f"\n\n{marker[t['role']]}: {t['content']}" for t in turns) + f"\n\nAssistant: {reply}"
+
+
+def test_hh_rlhf_real_file_keeps_every_conversation_as_turns(shared_data):
     src = shared_data / "hh-rlhf-harmless" / "test.jsonl.gz"
     originals = [json.loads(line) for line in gzip.open(src, "rt")]
     result = import_file(src)
     assert result.format == "hh-rlhf"
     assert (result.read, result.kept, result.quarantined) == (2312, 2312, 0)
     assert result.pairs.height == 2312
+    rewritten, multi_turn = 0, 0
     for original, row in zip(originals, result.pairs.iter_rows(named=True)):
-        assert row["prompt"].endswith("\n\nAssistant:")
-        # prompt is the shared prefix; chosen/rejected are what follows it (one space dropped)
-        assert original["chosen"].startswith(row["prompt"])
-        assert original["rejected"].startswith(row["prompt"])
-        assert original["chosen"][len(row["prompt"]):].removeprefix(" ") == row["chosen"]
-        assert original["rejected"][len(row["prompt"]):].removeprefix(" ") == row["rejected"]
+        turns = json.loads(row["prompt_messages"])
+        roles = [t["role"] for t in turns]
+        # user first and last, alternating: the final assistant turn is the pair's replies
+        assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
+        multi_turn += len(turns) > 1
+        assert row["prompt"] == render_turns(turns)
+        assert original["chosen"].endswith(row["chosen"]) and original["rejected"].endswith(row["rejected"])
+        # the turns and replies give the transcripts back, but for rows where one role spoke twice in a row
+        rewritten += (_transcript(turns, row["chosen"]), _transcript(turns, row["rejected"])) == \
+            (original["chosen"], original["rejected"])
+    assert multi_turn == 2312 - 662  # 662 conversations of the split have one human turn
+    assert rewritten == 2312 - 4      # 4 where the human speaks twice: those turns are joined
     # 4 real rows prefer an empty answer: kept (the degenerate_pairs check flags them), not lost
     assert (result.pairs["chosen"].str.strip_chars() == "").sum() == 4
+
+
+def test_hh_single_turn_pairs_get_the_ids_of_the_same_trl_rows():
+    hh = from_hh({"chosen": "\n\nHuman: What is 2+2?\n\nAssistant: 4", "rejected": "\n\nHuman: What is 2+2?\n\nAssistant: 5"})
+    trl = from_trl({"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"})
+    assert hh.record["prompt"] == "What is 2+2?"
+    assert hh.record["pair_id"] == trl.record["pair_id"]
+    assert json.loads(hh.record["prompt_messages"]) == [{"role": "user", "content": "What is 2+2?"}]
+
+
+def test_hh_turns_join_a_role_that_speaks_twice_and_keep_text_before_the_first_marker():
+    assert hh_turns("Human: hi\n\nAssistant: hello\n\nHuman: one\n\nHuman: two\n\nAssistant:") == [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "one\n\ntwo"}]
+
+
+def test_single_turn_pair_ids_do_not_change():
+    """The ids single-turn data had before conversations kept their turns (issue 45): every format."""
+    one_turn = [{"role": "user", "content": "What is 2+2?"}]
+    ids = {from_trl({"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"}).record["pair_id"],
+           from_trl_chat({"prompt": one_turn, "chosen": [{"role": "assistant", "content": "4"}],
+                          "rejected": [{"role": "assistant", "content": "5"}]}).record["pair_id"],
+           from_trl_chat({"chosen": [*one_turn, {"role": "assistant", "content": "4"}],
+                          "rejected": [*one_turn, {"role": "assistant", "content": "5"}]}).record["pair_id"],
+           from_comparison({"prompt": "What is 2+2?", "response_a": "4", "response_b": "5", "label": "a"}).record["pair_id"]}
+    assert ids == {"9b2f3796781826fb"}
 
 
 def test_hh_split_keeps_responses_that_contain_the_marker():

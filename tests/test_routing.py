@@ -113,3 +113,17 @@ def test_sample_pair_judge_route_end_to_end(tiny_llama, tmp_path):
     rows = route(pairs, verdicts)
     assert write_queue(tmp_path / "q.jsonl", rows) == len(pairs)
     assert {r["route_reason"] for r in rows} == {"judge_both_fail"}
+
+
+def test_a_conversations_turns_ride_to_the_human_queue(tmp_path):
+    """The judge reads the conversation's text; the queue (and Argilla's chat field) gets its turns."""
+    turns = json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                        {"role": "user", "content": "prompt 9"}])
+    chat = PairToJudge("User: hi\n\nAssistant: hello\n\nUser: prompt 9", "x", "y", prompt_messages=turns)
+    plain = item(8)
+    rows = route([chat, plain], [verdict(chat, None, None, "unparseable"), verdict(plain, None, None, "unparseable")],
+                 NO_AUDIT)
+    path = tmp_path / "queue.jsonl"
+    assert write_queue(path, rows) == 2
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written[0]["prompt_messages"] == turns and "prompt_messages" not in written[1]

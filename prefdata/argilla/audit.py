@@ -1,7 +1,8 @@
 """A label audit: people re-judge a version's own chosen/rejected pairs, blind.
 
     audit_rows(pairs, sample=None, seed=0)  -> push rows: pair_id = the pair's id, response_a =
-                                               chosen, response_b = rejected, label = "a"
+                                               chosen, response_b = rejected, label = "a" (and the
+                                               pair's category and prompt_messages, when it has them)
     read_audit_votes(path, pair_ids)        -> the pulled votes for `prefdata check NAME@VERSION --votes`
 
 Blind: the annotators see the two responses as A and B in the per-pair order `push` draws (so
@@ -36,7 +37,8 @@ def audit_rows(pairs: pl.DataFrame, sample: int | None = None, seed: int = 0) ->
     missing = [c for c in ("id", "prompt", "chosen", "rejected") if c not in pairs.columns]
     if missing:
         raise UnusableInput(f"push: the version's pairs lack {', '.join(missing)}")
-    extra = [c for c in ("category",) if c in pairs.columns]
+    # prompt_messages: a conversation's turns, so Argilla shows its history as a chat (push.py)
+    extra = [c for c in ("category", "prompt_messages") if c in pairs.columns]
     rows = pairs.select(pl.col("id").cast(pl.String).alias("pair_id"), "prompt", pl.col("chosen").alias("response_a"),
                         pl.col("rejected").alias("response_b"), pl.lit("a").alias("label"), *extra)
     return sample_rows(rows, sample, seed)

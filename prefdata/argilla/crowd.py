@@ -16,6 +16,7 @@ import threading
 from typing import Callable, Sequence
 
 from prefdata.argilla.client import add_user
+from prefdata.argilla.push import chat_text
 
 
 class SimulatedCrowd:
@@ -62,10 +63,13 @@ class SimulatedCrowd:
             for record in self._records(owner, dataset_id):
                 fields = record["fields"]
                 pair_id = record["metadata"]["pair_id"]
+                prompt = fields["prompt"]
+                if isinstance(prompt, list):  # a chat field: the annotator reads the text the pair's prompt holds
+                    prompt = chat_text(prompt)
                 for annotator in self.annotators:
                     if (record["id"], annotator.name) in self._done:
                         continue
-                    vote = annotator.vote(pair_id, fields["prompt"], fields["response_a"], fields["response_b"],
+                    vote = annotator.vote(pair_id, prompt, fields["response_a"], fields["response_b"],
                                           **self.verifier_kwargs)
                     response = httpx.post(f"{self.url}/api/v1/records/{record['id']}/responses", timeout=60,
                                           headers={"X-Argilla-Api-Key": self.keys[annotator.name]},

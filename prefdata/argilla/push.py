@@ -13,6 +13,13 @@ dataset takes several requests (the dataset, each field, question and metadata p
 publishing it); a push cut off among them leaves an unpublished draft, which the next push
 recognises as its own (a draft holding nothing but prefdata's settings) and makes again.
 
+A conversation shows as one: when the rows that make a new dataset carry `prompt_messages` (the
+JSON of the prompt's {role, content} turns, as `prefdata import` stores a multi-turn pair), its
+`prompt` field is a chat field holding each record's messages, so the annotator reads the earlier
+turns as a chat rather than a transcript in one text box; a row without messages shows there as one
+user message. Rows without messages make today's text field. A dataset keeps the field it was made
+with: a text-field dataset gets a conversation's text rendering (`prompt`), nothing lost.
+
 A row's `label` (a/b/tie, the dataset's own verdict in the row's terms: "a" for a version's pairs
 pushed as a label audit, where chosen is response_a) rides along in hidden metadata, so the pulled
 votes can be held against it (checks.agreement.check_label_audit).
@@ -21,6 +28,7 @@ votes can be held against it (checks.agreement.check_label_audit).
 from __future__ import annotations
 
 import hashlib
+import json
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -33,6 +41,11 @@ VOTE_LABELS = {"a": "Response A is better", "b": "Response B is better", "tie": 
 SHOWN = {"ab": {"a": "a", "b": "b", "tie": "tie"}, "ba": {"a": "b", "b": "a", "tie": "tie"}}  # symmetric: also maps back
 BATCH = 250  # records per bulk request (the server takes at most 500)
 EMPTY = "(empty response)"  # Argilla refuses an empty required field; annotators must see the emptiness
+# argilla-server's limits on one chat message (api/schemas/v1/chat.py, its defaults): checked here, so
+# a push fails before any record is sent, in one line, instead of on a batch the server refuses.
+CHAT_ROLE_MAX, CHAT_CONTENT_MAX = 20, 20000
+EMPTY_MESSAGE = "(empty message)"  # the server refuses a message without content, as it does an empty field
+PROMPT_TYPES = ("text", "chat")  # the prompt field prefdata makes: the text, or the conversation as a chat
 DEFAULT_GUIDELINES = """Compare the two responses to the prompt and choose the better one.
 
 - Prefer the response that is correct, helpful and harmless; then the clearer and more concise one.
@@ -100,18 +113,69 @@ def _check(row: dict, i: int) -> None:
                             "import the data first (`prefdata import`) so unusable rows are quarantined")
 
 
+def _messages(row: dict, i: int) -> list[dict[str, str]] | None:
+    """The row's prompt_messages as a list of {role, content}, or None when it has none. Taken as the
+    JSON text the store keeps, or as the list itself (a JSONL file written with the messages inline)."""
+    value = row.get("prompt_messages")
+    if value is None:
+        return None
+    where = f"push: row {i} ({row['pair_id']!r}): prompt_messages"
+    fix = ("it must be a list of {role, content} messages (or its JSON), as `prefdata import` stores a "
+           "conversation; drop the column to push the prompt as text")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise UnusableInput(f"{where} is not JSON ({error.msg} at character {error.pos}); {fix}") from None
+    if not isinstance(value, list) or not value:
+        raise UnusableInput(f"{where} is {'an empty list' if value == [] else f'a {type(value).__name__}'}; {fix}")
+    for n, message in enumerate(value, 1):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and message["role"].strip()
+                and isinstance(message.get("content"), str)):
+            raise UnusableInput(f"{where}: message {n} is not a {{role, content}} pair of texts; {fix}")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def chat_value(row: dict) -> list[dict[str, str]]:
+    """A record's value for a chat prompt field: the row's messages, or its prompt as one user
+    message (a plain row in a conversation dataset). Checked against the server's limits."""
+    messages = row.get("prompt_messages") or [{"role": "user", "content": row["prompt"]}]
+    for n, message in enumerate(messages, 1):
+        where = f"push: pair {row['pair_id']!r}: prompt message {n}"
+        if len(message["role"]) > CHAT_ROLE_MAX:
+            raise UnusableInput(f"{where} has role {message['role'][:40]!r}, longer than the {CHAT_ROLE_MAX} "
+                                "characters an Argilla chat field takes; shorten the role in the data")
+        if len(message["content"]) > CHAT_CONTENT_MAX:
+            raise UnusableInput(f"{where} is {len(message['content'])} characters, more than the {CHAT_CONTENT_MAX} "
+                                "an Argilla chat field takes per message; push it to a dataset made from rows "
+                                "without prompt_messages (a text field), or filter out such long prompts")
+    return [{"role": m["role"], "content": m["content"] or EMPTY_MESSAGE} for m in messages]
+
+
+def chat_text(messages: list[dict[str, str]]) -> str:
+    """A chat prompt field's value as the text the pair's `prompt` holds (one message: its content;
+    several: "Role: content" blocks), for whoever reads records back as text."""
+    from prefdata.data.records import render_turns
+
+    return render_turns(messages)
+
+
 FIELDS = ("prompt", "response_a", "response_b")
 QUESTIONS = ("preference", "rationale")
 METADATA = ("pair_id", "order", "sampler", "label", "category")
 
 
-def settings(guidelines: str | None, overlap: int):
+def settings(guidelines: str | None, overlap: int, chat: bool = False):
+    """The dataset prefdata makes; `chat`: the prompt field shows a conversation's messages as a chat."""
     import argilla as rg
 
+    # use_markdown=False as for the text fields: the annotator sees each turn as it was written
+    prompt = (rg.ChatField(name="prompt", title="Conversation", use_markdown=False) if chat
+              else rg.TextField(name="prompt", title="Prompt"))
     return rg.Settings(
         guidelines=guidelines or DEFAULT_GUIDELINES,
         fields=[
-            rg.TextField(name="prompt", title="Prompt"),
+            prompt,
             rg.TextField(name="response_a", title="Response A"),
             rg.TextField(name="response_b", title="Response B"),
         ],
@@ -131,7 +195,9 @@ def settings(guidelines: str | None, overlap: int):
     )
 
 
-def _record(row: dict, seed: int, with_suggestion: bool):
+def _record(row: dict, seed: int, with_suggestion: bool, chat: bool):
+    """The row as a record; `chat`: the dataset's prompt field is a chat field (else a text field,
+    which gets the prompt's text: for a conversation, its rendering of every turn)."""
     import argilla as rg
 
     order = shown_order(row["pair_id"], seed)
@@ -150,9 +216,20 @@ def _record(row: dict, seed: int, with_suggestion: bool):
         suggestions.append(rg.Suggestion("preference", SHOWN[order][row["judge_label"]],
                                          score=None if confidence is None else float(confidence),
                                          agent=str(row.get("judge_model") or "judge"), type="model"))
-    return rg.Record(id=row["pair_id"], fields={"prompt": row["prompt"], "response_a": first or EMPTY,
+    prompt = chat_value(row) if chat else row["prompt"]
+    return rg.Record(id=row["pair_id"], fields={"prompt": prompt, "response_a": first or EMPTY,
                                                 "response_b": second or EMPTY},
                      metadata=metadata, suggestions=suggestions)
+
+
+def _field_types(dataset) -> dict[str, str]:
+    return {f.name: f.type for f in dataset.settings.fields}
+
+
+def _ours(types: dict[str, str]) -> bool:
+    """Fields push could have made: the prompt as text or chat, the responses as text."""
+    return (types.get("prompt", "text") in PROMPT_TYPES
+            and all(types.get(name, "text") == "text" for name in ("response_a", "response_b")))
 
 
 def _half_made_by_us(dataset) -> bool:
@@ -160,15 +237,15 @@ def _half_made_by_us(dataset) -> bool:
     cut off while creating it. A draft cannot hold records yet, so making it again loses nothing."""
     present = dataset.settings
     return (dataset.api_model().status == "draft"
-            and {f.name for f in present.fields} <= set(FIELDS)
+            and {f.name for f in present.fields} <= set(FIELDS) and _ours(_field_types(dataset))
             and {q.name for q in present.questions} <= set(QUESTIONS)
             and {m.name for m in present.metadata} <= set(METADATA)
             and not list(present.vectors))
 
 
-def _dataset(client, name: str, workspace: str, guidelines: str | None, overlap: int):
+def _dataset(client, name: str, workspace: str, guidelines: str | None, overlap: int, chat: bool):
     """The dataset, created (with its workspace) when absent, or made again when an interrupted
-    push left it half-made; an existing one must match."""
+    push left it half-made; an existing one must match. `chat`: a new one's prompt is a chat field."""
     import argilla as rg
 
     if client.workspaces(workspace) is None:
@@ -180,11 +257,18 @@ def _dataset(client, name: str, workspace: str, guidelines: str | None, overlap:
         dataset.delete()
         dataset = None
     if dataset is None:
-        return rg.Dataset(name=name, workspace=workspace, settings=settings(guidelines, overlap), client=client).create()
+        return rg.Dataset(name=name, workspace=workspace, settings=settings(guidelines, overlap, chat),
+                          client=client).create()
     names = {q.name for q in dataset.settings.questions}
-    if "preference" not in names or {"prompt", "response_a", "response_b"} - {f.name for f in dataset.settings.fields}:
+    types = _field_types(dataset)
+    if "preference" not in names or {"prompt", "response_a", "response_b"} - set(types):
         raise UnusableInput(f"push: dataset {workspace}/{name} exists but was not made by prefdata "
                             "(no prompt/response_a/response_b fields or preference question); choose another --dataset")
+    if not _ours(types):
+        shown = ", ".join(f"{n} is a {types[n]} field" for n in ("prompt", "response_a", "response_b"))
+        raise UnusableInput(f"push: dataset {workspace}/{name} exists but was not made by prefdata ({shown}; "
+                            "prefdata makes the prompt a text or chat field, the responses text fields); "
+                            "choose another --dataset")
     if dataset.api_model().status != "ready":
         raise UnusableInput(f"push: dataset {workspace}/{name} is an unpublished draft that was not made by prefdata "
                             "(it has other settings); publish or delete it in Argilla, or choose another --dataset")
@@ -224,18 +308,22 @@ def push_pairs(
     progress: bool = True,
 ) -> PushResult:
     """Push pairs (dicts or a polars frame with pair_id, prompt, response_a, response_b; optional
-    category, sampler or model, judge_label/judge_confidence/judge_model) as records that `overlap`
-    annotators each must submit. Idempotent on pair_id."""
+    prompt_messages, category, sampler or model, judge_label/judge_confidence/judge_model) as records
+    that `overlap` annotators each must submit. Idempotent on pair_id."""
     if overlap < 1:
         raise UnusableInput(f"push: overlap must be at least 1 annotator per pair, got {overlap}")
     url, api_key = resolve(url, api_key)
     rows = _rows(rows)
     for i, row in enumerate(rows):
         _check(row, i)
+    # the messages parsed once (copies: the caller's rows are left as they were)
+    rows = [{**row, "prompt_messages": _messages(row, i)} for i, row in enumerate(rows)]
     client = connect(url, api_key, "push")
     doing = f"push to {workspace}/{dataset}"
     with argilla_errors(url, doing):
-        ds = _dataset(client, dataset, workspace, guidelines, overlap)
+        # a new dataset shows a chat when any row is a conversation; an existing one keeps its field
+        ds = _dataset(client, dataset, workspace, guidelines, overlap,
+                      chat=any(row["prompt_messages"] is not None for row in rows))
         if any(row.get("label") in SHOWN["ab"] for row in rows) and "label" not in {m.name for m in ds.settings.metadata}:
             raise UnusableInput(f"push: dataset {workspace}/{dataset} was made before prefdata kept each pair's label; "
                                 "push this label audit to a new --dataset")
@@ -250,11 +338,15 @@ def push_pairs(
             else:
                 todo.append(row)
             seen.add(row["pair_id"])
+        chat = _field_types(ds)["prompt"] == "chat"
+        if chat:  # every message within the server's limits before the first record is sent
+            for row in todo:
+                chat_value(row)
         sent = 0
         try:
             with argilla_errors(url, doing), _progress(progress, len(todo), f"pushing to {dataset}") as advance:
                 for start in range(0, len(todo), BATCH):
-                    records = [_record(r, seed, suggestions) for r in todo[start:start + BATCH]]
+                    records = [_record(r, seed, suggestions, chat) for r in todo[start:start + BATCH]]
                     for record in records:
                         record.dataset = ds  # suggestions need the dataset's question ids
                     client.api.records.bulk_upsert(dataset_id=ds.id, records=[r.api_model() for r in records])

@@ -246,13 +246,16 @@ class SQLSearchEngine(SearchEngine):
     @staticmethod
     def _text_condition(dataset: Dataset, query: Union[TextQuery, str]) -> ColumnElement:
         text = TextQuery(q=query) if isinstance(query, str) else query
-        names = [text.field] if text.field else [f.name for f in dataset.fields if not f.is_image]
+        if text.field:  # a field the dataset lacks is searched as a text field: it matches nothing
+            field = dataset.field_by_name(text.field)
+            fields = [(text.field, field is not None and field.is_chat)]
+        else:
+            fields = [(f.name, f.is_chat) for f in dataset.fields if not f.is_image]
         words = [w for w in text.q.replace('"', " ").split() if w not in ("+", "|", "-")]
-        if not words or not names:
+        if not words or not fields:
             return true()
-        texts = [func.lower(func.coalesce(_json_scalar(Record.fields, f"$.{_quoted(n)}"), "")) for n in names]
         # every word in one of the fields (simple_query_string with default_operator AND)
-        return and_(*[or_(*[t.contains(w.lower(), autoescape=True) for t in texts]) for w in words])
+        return and_(*[or_(*[_field_has(name, chat, w) for name, chat in fields]) for w in words])
 
     def _filter_condition(self, filter: Filter) -> ColumnElement:
         if isinstance(filter, AndFilter):
@@ -342,6 +345,21 @@ class SQLSearchEngine(SearchEngine):
                 raise ValueError(f"Cannot process request for search scope {scope}")
             clauses.append(value.desc().nulls_last() if order.order == SortOrder.desc else value.asc().nulls_last())
         return clauses
+
+
+def _field_has(name: str, chat: bool, word: str) -> ColumnElement:
+    """A record field containing `word` (case-insensitive). A chat field holds a list of {role,
+    content} messages: its text is the messages' content, not their JSON (whose keys would match
+    "role" or "content" in every record, and whose escapes hide non-ASCII letters). Elasticsearch
+    maps a message's content as text and its role as a keyword, which matches the whole role only:
+    the same here."""
+    path = f"$.{_quoted(name)}"
+    if chat:
+        message = func.json_each(Record.fields, path).table_valued("value")
+        content = func.lower(func.coalesce(_json_scalar(message.c.value, "$.content"), ""))
+        return exists(select(1).select_from(message).where(
+            or_(content.contains(word.lower(), autoescape=True), _json_scalar(message.c.value, "$.role") == word)))
+    return func.lower(func.coalesce(_json_scalar(Record.fields, path), "")).contains(word.lower(), autoescape=True)
 
 
 def _quoted(name: str) -> str:

@@ -45,6 +45,9 @@ class PairToJudge:
     response_b: str
     pair_id: str = ""            # default: records.pair_id(prompt, response_a, response_b)
     category: str | None = None  # routing sends some categories to humans whatever the judge says
+    # a conversation's turns (records.messages_json); `prompt` is their text, which is what a judge reads:
+    # they ride along to the human queue, where Argilla shows them as a chat
+    prompt_messages: str | None = None
 
     def __post_init__(self):
         if not self.pair_id:

@@ -88,6 +88,7 @@ def route(items: list["PairToJudge"], verdicts: list["Verdict"], policy: Routing
             "judge_model": verdict.judge_model, "judge_template": verdict.template,
             "judge_template_version": verdict.template_version,
             "route": where, "route_reason": why,
+            **({"prompt_messages": item.prompt_messages} if item.prompt_messages is not None else {}),
         })
     return rows
 

@@ -37,7 +37,7 @@ from prefdata.base.errors import UnusableInput
 from prefdata.models.chat import Rendering, chat_mode, render_prompt, resolve, template_sha256, turns
 # Pairing lives in its own module (one job each); re-exported here because it is the next step.
 from prefdata.collect.pairing import build_pairs, sampler_lineage  # noqa: F401
-from prefdata.data.records import Candidate
+from prefdata.data.records import Candidate, messages_json, render_turns
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _HUB_SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
@@ -74,21 +74,14 @@ class Sampler(Protocol):
 
 
 def prompt_text(prompt: Prompt) -> str:
-    """The text a record carries for a prompt: plain text as it is; messages as an imported TRL
-    conversational row's prompt reads (prefdata.data.formats: one message's content, else each turn
-    as "Role: content"), their turns kept beside it in `prompt_messages`."""
-    if isinstance(prompt, str):
-        return prompt
-    if len(prompt) == 1:
-        return prompt[0]["content"]
-    return "".join(f"\n\n{m['role'].capitalize()}: {m['content']}" for m in prompt).lstrip("\n")
+    """The text a record carries for a prompt: plain text as it is; messages as an imported
+    conversation's prompt reads (records.render_turns), their turns kept beside it in `prompt_messages`."""
+    return prompt if isinstance(prompt, str) else render_turns(prompt)
 
 
 def prompt_messages(prompt: Prompt) -> str | None:
     """The JSON of a message prompt's turns (a record's `prompt_messages`); None for plain text."""
-    if isinstance(prompt, str):
-        return None
-    return json.dumps([{"role": m["role"], "content": m["content"]} for m in prompt], ensure_ascii=False)
+    return None if isinstance(prompt, str) else messages_json(prompt)
 
 
 def _resolved(tokenizer, chat: str, system: str | None, who: str) -> Rendering:

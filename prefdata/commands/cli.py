@@ -331,7 +331,8 @@ def _checklist_items() -> dict[str, str]:
 
 
 def _list_checks(checklist: dict) -> None:
-    """`check --list-checks`: one line per check: id, checklist item, thresholds (or its waiver)."""
+    """`check --list-checks`: per check, a line with its id, checklist item and thresholds (or its
+    waiver), and one saying which part of a conversation it reads."""
     from prefdata.checks.registry import CHECKS
 
     items = _checklist_items()
@@ -341,6 +342,7 @@ def _list_checks(checklist: dict) -> None:
         waived = params.pop("waive", None)
         settings = f"waived: {waived}" if waived else ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
         print(f"{check_id:{width}}  {items.get(check_id, '-')}  [{settings}]")
+        print(f"{'':{width}}  reads: {CHECKS[check_id].reads}")
 
 
 @app.command()
@@ -362,7 +364,7 @@ def check(
     max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (prefdata's dpo/rm/sft cut; default: the config's, 256).", min=1)] = None,
     chat: Annotated[str, typer.Option(help="template_fit: render the pairs through the tokenizer's chat template (true), as plain text (false), or auto: as NAME@VERSION's lineage records they were sampled, else the template when the tokenizer has one that writes replies.")] = "auto",
     system_prompt: Annotated[Optional[str], typer.Option(help="template_fit: the system prompt the trainer puts first (default: the one NAME@VERSION's lineage records, else none).")] = None,
-    list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, its checklist item and its "
+    list_checks: Annotated[bool, typer.Option("--list-checks", help="List each check, what it reads of a conversation, its checklist item and its "
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
     batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, JSON, CSV or TSV file of more rows than this "
                                                  "is checked this many rows at a time, from temporary shards (bounds "

@@ -24,7 +24,7 @@ files), at a small multiple of a polars read of the file. How:
   sha256 of the same length-prefixed parts as records._digest, each row's parts joined by Arrow
   into one message and hashed in two threads; for JSON Lines, on a worker while the next blocks
   parse (_IdsAhead);
-- hh-rlhf's prompt split (formats.split_hh) runs row by row: the format needs it;
+- hh-rlhf's prompt split into turns (formats.split_hh, hh_turns) runs row by row: the format needs it;
 - the cross-row rules (numbered repeats of a content id, an id reused for other content) are
   window expressions over the kept rows in file order, carried from batch to batch.
 
@@ -52,10 +52,10 @@ import polars as pl
 from prefdata.base.errors import UnusableInput
 from prefdata.data.comparison_batches import ComparisonBatches, comparison_batches
 from prefdata.data.ndjson import EXPLICIT_NULL, as_written
-from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, split_hh
+from prefdata.data.formats import CONVERTERS, SCORE_COLUMNS, RowRejected, hh_turns, split_hh
 from prefdata.data.readers import (BOM, GZIP_MAGIC, ROW_BYTES_PER_TEXT_BYTE, RawRow, _open_data, file_kind,
                                    parquet_problem, read_rows, require_regular_file, rows_in_batches)
-from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, normalise_series
+from prefdata.data.records import OPTIONAL_COLUMNS, PAIR_COLUMNS, messages_json, normalise_series, render_turns
 from prefdata.data.rows import check_format, convert_row, quarantine_entry
 
 TEXT = ("prompt", "chosen", "rejected")
@@ -64,6 +64,7 @@ TEXT = ("prompt", "chosen", "rejected")
 # bound the memory, stream into the store and carry the cross-row rules like the others. (Every
 # format has this path: `comparisons` in batches of its own, comparison_batches.)
 ROW_CONVERTED = ("trl-chat",)
+CONVERSATIONAL = ("trl-chat", "hh-rlhf")  # formats whose records keep the prompt's turns (prompt_messages)
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
 # rows converted at a time: one batch's text, ids and normalised copies are what the import holds
@@ -99,9 +100,9 @@ def _plain_parquet(path: Path) -> bool:
 
 def _optional_columns(fmt: str, given: set[str] | pl.Schema) -> list[str]:
     """The optional record columns a batch carries: those the file gives (prompt_messages is made,
-    never read: trl-chat's converter writes it for every row)."""
+    never read: the trl-chat and hh-rlhf converters write it for every row)."""
     return [c for c in OPTIONAL_COLUMNS if (c in given and c != "prompt_messages")
-            or (c == "prompt_messages" and fmt == "trl-chat")]
+            or (c == "prompt_messages" and fmt in CONVERSATIONAL)]
 
 
 def _is_int(dtype: pl.DataType) -> bool:
@@ -324,26 +325,30 @@ def _ids_of_rows(texts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _split_hh(frame: pl.DataFrame, candidate: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
-    """formats.split_hh on every row that is not already a candidate: the prompt, chosen and
-    rejected texts, and which rows the split refuses or leaves with identical responses (new
-    candidates, for the reference to give their reason). Row by row: the format needs it."""
-    texts: dict[str, list[str | None]] = {name: [] for name in TEXT}
+    """formats.from_hh's split on every row that is not already a candidate: the prompt text, chosen
+    and rejected replies and the prompt's turns (`prompt_messages`), and which rows the split refuses,
+    leaves with identical replies or a blank prompt (new candidates, for the reference to give their
+    reason). Row by row: the format needs it."""
+    columns = (*TEXT, "prompt_messages")
+    texts: dict[str, list[str | None]] = {name: [] for name in columns}
     refused: list[bool] = []
     for chosen, rejected, skip in zip(frame["chosen"].to_list(), frame["rejected"].to_list(), candidate.to_list()):
         split = None
         if not skip:
             try:
-                split = split_hh(chosen, rejected)
+                transcript, chosen_reply, rejected_reply = split_hh(chosen, rejected)
+                turns = hh_turns(transcript)
+                split = (render_turns(turns), chosen_reply, rejected_reply, messages_json(turns))
             except RowRejected:
                 pass
-        if split is None or split[1] == split[2]:
+        if split is None or split[1] == split[2] or not split[0].strip():
             refused.append(not skip)
-            split = (None, None, None)
+            split = (None, None, None, None)
         else:
             refused.append(False)
-        for name, text in zip(TEXT, split):
+        for name, text in zip(columns, split):
             texts[name].append(text)
-    return pl.DataFrame(texts, schema={name: pl.String for name in TEXT}), pl.Series(refused, dtype=pl.Boolean)
+    return pl.DataFrame(texts, schema={name: pl.String for name in columns}), pl.Series(refused, dtype=pl.Boolean)
 
 
 class MixedIds(Exception):
@@ -733,7 +738,8 @@ def _convert_frame(path: Path, frame: pl.DataFrame, fmt: str, id_column: str, op
         pair_id=pair_ids, prompt_id=prompt_ids,
         **{c: texts[c] for c in TEXT},
         **{c: (_text_score(c) if frame.schema[c] == pl.String else pl.col(c).cast(pl.Float64)).fill_nan(None)
-           if c in SCORE_COLUMNS else pl.col(c).cast(pl.String) for c in optional},
+           if c in SCORE_COLUMNS else texts[c] if c in texts.columns else pl.col(c).cast(pl.String)
+           for c in optional},
     )
     del prompt_ids, pair_ids, texts
     if candidate.any():

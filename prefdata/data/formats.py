@@ -4,7 +4,8 @@ Formats (see README):
   trl          {"prompt", "chosen", "rejected"} strings (TRL "standard" preference rows)
   trl-chat     chosen/rejected as lists of {role, content}; prompt as messages or implicit
                (the shared leading messages of chosen and rejected)
-  hh-rlhf      chosen/rejected full "\\n\\nHuman: ... \\n\\nAssistant: ..." transcripts
+  hh-rlhf      chosen/rejected full "\\n\\nHuman: ... \\n\\nAssistant: ..." transcripts, kept as turns
+               (prompt_messages) with the final assistant replies as chosen and rejected
   comparisons  prompt + response_a + response_b (aliases: instruction[+input], response1/2),
                labelled by a `label` column or by annotator votes, wide or long
 
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefdata.data.records import OPTIONAL_COLUMNS, pair_id_for, prompt_id
+from prefdata.data.records import OPTIONAL_COLUMNS, messages_json, pair_id_for, prompt_id, render_turns
 
 FORMATS = ("auto", "trl", "trl-chat", "hh-rlhf", "comparisons")
 HH_ASSISTANT = "\n\nAssistant:"
@@ -274,11 +275,41 @@ def split_hh(chosen: str, rejected: str) -> tuple[str, str, str]:
     return chosen[:end], chosen[end:].removeprefix(" "), rejected[end:].removeprefix(" ")
 
 
+_HH_MARKER = re.compile(r"\n\n(Human|Assistant):")
+_HH_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def hh_turns(prompt: str) -> list[dict[str, str]]:
+    """The messages of an HH prompt transcript (split_hh's prompt, ending in "\\n\\nAssistant:"), as
+    TRL's HH converter makes them: each "Human:" a user turn, each "Assistant:" an assistant turn, the
+    space after a marker dropped. Text before the first marker is the user's (a transcript whose
+    leading newlines were stripped). Consecutive turns of one role (4 rows of the harmless test split:
+    the human speaks twice) are joined into one, "\\n\\n" between: chat templates need the roles to
+    alternate, and nothing is dropped."""
+    parts = _HH_MARKER.split("\n\n" + prompt[: -len(HH_ASSISTANT)].lstrip("\n"))
+    turns: list[dict[str, str]] = []
+    for marker, content in zip(parts[1::2], parts[2::2]):
+        role, content = _HH_ROLES[marker], content.removeprefix(" ")
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + content
+        else:
+            turns.append({"role": role, "content": content})
+    return turns
+
+
 def from_hh(row: Mapping[str, Any]) -> Converted:
+    """An HH pair as a conversation: its turns in `prompt_messages`, the prompt text their rendering
+    (for one turn, the user's text: the pair id of a `trl` row with the same text), chosen and rejected
+    the final assistant replies."""
     chosen, rejected = _text(row, "chosen"), _text(row, "rejected")
     if chosen == rejected:
         raise RowRejected("identical_responses", "chosen is identical to rejected")
-    return _pair(row, *split_hh(chosen, rejected))
+    transcript, chosen_reply, rejected_reply = split_hh(chosen, rejected)
+    turns = hh_turns(transcript)
+    prompt_text = render_turns(turns)
+    if not prompt_text.strip():
+        raise RowRejected("empty_text:prompt", "the transcript's turns before the final reply are empty")
+    return _pair(row, prompt_text, chosen_reply, rejected_reply, {"prompt_messages": messages_json(turns)})
 
 
 def _messages(row: Mapping[str, Any], name: str) -> list[dict[str, str]]:
@@ -294,12 +325,6 @@ def _messages(row: Mapping[str, Any], name: str) -> list[dict[str, str]]:
                 and isinstance(message.get("content"), str)):
             raise RowRejected(f"wrong_type:{name}", "every message needs text 'role' and 'content'")
     return [{"role": m["role"], "content": m["content"]} for m in value]
-
-
-def _render(messages: list[dict[str, str]]) -> str:
-    if len(messages) == 1:
-        return messages[0]["content"]
-    return "".join(f"\n\n{m['role'].capitalize()}: {m['content']}" for m in messages).lstrip("\n")
 
 
 def from_trl_chat(row: Mapping[str, Any]) -> Converted:
@@ -320,12 +345,12 @@ def from_trl_chat(row: Mapping[str, Any]) -> Converted:
     n = len(prompt)
     if chosen[:n] == prompt and rejected[:n] == prompt and len(chosen) > n and len(rejected) > n:
         chosen, rejected = chosen[n:], rejected[n:]
-    prompt_text = _render(prompt)
+    prompt_text = render_turns(prompt)
     if not prompt_text.strip():
         raise RowRejected("empty_text:prompt")
     chosen_text = "\n\n".join(m["content"] for m in chosen)
     rejected_text = "\n\n".join(m["content"] for m in rejected)
-    return _pair(row, prompt_text, chosen_text, rejected_text, {"prompt_messages": json.dumps(prompt)})
+    return _pair(row, prompt_text, chosen_text, rejected_text, {"prompt_messages": messages_json(prompt)})
 
 
 def from_comparison(row: Mapping[str, Any]) -> Converted:

@@ -13,6 +13,12 @@ exact and near duplicates, degenerate pairs, split isolation and answer leakage 
 `normalise_expr` (and `normalise_series`) is its polars twin for the frame-level checks, with
 identical results.
 
+A conversation (HH-RLHF's transcripts, TRL's conversational rows, prompts sampled as messages) keeps
+its turns: `prompt_messages` holds the JSON of the prompt's {role, content} messages (the last one the
+user's), `prompt` their text (`render_turns`: the whole conversation), chosen and rejected the final
+replies. Each check reads one part of it (checks/registry.py `reads`): the whole conversation
+(`prompt`), the final replies, or the user turns alone (`user_turns_expr`).
+
 Optional columns are kept when the source has them (OPTIONAL_COLUMNS). Comparisons that did not
 resolve to a preference (ties, no majority) live in a separate frame with `response_a`,
 `response_b` and `label`; annotator votes live in a long frame `pair_id, annotator, vote`.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -234,6 +241,50 @@ def _digest(*parts: str) -> str:
         h.update(len(data).to_bytes(8, "little"))  # length prefix: ("ab","c") != ("a","bc")
         h.update(data)
     return h.hexdigest()[:16]
+
+
+def render_turns(messages: list[dict[str, str]]) -> str:
+    """A conversation's text, as a record's `prompt` keeps it beside its `prompt_messages`: one message
+    as its content (a single-turn prompt's text, so its pair id is a `trl` row's), several as
+    "Role: content" blocks, so that the whole conversation is in the text dedup and the judge read."""
+    if len(messages) == 1:
+        return messages[0]["content"]
+    return "".join(f"\n\n{m['role'].capitalize()}: {m['content']}" for m in messages).lstrip("\n")
+
+
+def messages_json(messages: list[dict[str, str]]) -> str:
+    """A record's `prompt_messages`: the turns' role and content, as JSON (UTF-8 kept as it is)."""
+    return json.dumps([{"role": m["role"], "content": m["content"]} for m in messages], ensure_ascii=False)
+
+
+USER_TURNS_SEPARATOR = "\n\n"
+
+
+def user_turns(prompt: str, prompt_messages: str | None) -> str:
+    """The user's turns of a prompt, joined by a blank line: its messages' user contents when it has
+    messages, else the prompt (a single-turn prompt is all the user's)."""
+    if prompt_messages is None:
+        return prompt
+    return USER_TURNS_SEPARATOR.join(m["content"] for m in json.loads(prompt_messages) if m["role"] == "user")
+
+
+def user_turns_expr() -> pl.Expr:
+    """user_turns as a polars expression over `prompt` and `prompt_messages`, named `prompt`."""
+    import polars as pl
+
+    turns = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+    users = (pl.col("prompt_messages").str.json_decode(turns)
+             .list.eval(pl.element().filter(pl.element().struct.field("role") == "user").struct.field("content"))
+             .list.join(USER_TURNS_SEPARATOR))
+    return pl.when(pl.col("prompt_messages").is_null()).then(pl.col("prompt")).otherwise(users).alias("prompt")
+
+
+def with_user_turns(pairs: pl.DataFrame) -> pl.DataFrame:
+    """`pairs` whose `prompt` is the user's turns (the same frame when no row has messages)."""
+    if "prompt_messages" not in pairs.columns or "prompt" not in pairs.columns \
+            or pairs["prompt_messages"].null_count() == pairs.height:
+        return pairs
+    return pairs.with_columns(user_turns_expr())
 
 
 def prompt_id(prompt: str) -> str:
