@@ -386,23 +386,30 @@ def load_prompts(spec: Prompts) -> list[str | list[dict[str, str]]]:
 
 @task(name="write-draft")
 def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: dict, lineage: dict,
-                guidelines: str | None, store: str | None) -> str:
+                guidelines: str | None, store: str | None, onto: str | None = None) -> str:
+    from prefdata.data.onto import Onto, resolve
     from prefdata.data.store import Store
     from prefdata.models.chat import Rendering
 
     tables, counts = collection.draft(labelled, votes)
     rendering = Rendering.from_record(lineage.get("rendering"))
     notes = [f"Prompts rendered for sampling: {rendering.describe()}."] if rendering else []
-    version = Store(store).create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines,
-                                  notes=notes)
-    return version.ref
+    st = Store(store)
+    parent = resolve(st, name, onto) if onto is not None else None
+    if parent is None:
+        return st.create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines,
+                         notes=notes).ref
+    grown = Onto.open(st, parent)
+    return st.create_sharded(name, [grown.tables(tables)],
+                             lambda: ({}, None, {**counts, **counters}, grown.lineage(lineage)),
+                             guidelines=guidelines, notes=notes, onto=grown.parent).ref
 
 
 @flow(name="collect", description="Sample, pair, judge, route, gather votes; store a draft dataset version.")
 def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy: Policy = Policy(),
             judge: Judge = Judge(), routing: Routing = Routing(), humans: Humans = Humans(),
             engine: Engine = Engine(), guidelines: str | None = None, store: str | None = None,
-            parent: str | None = None) -> dict:
+            parent: str | None = None, onto: str | None = None) -> dict:
     """Sample, pair, judge and route; gather the humans' votes; store a draft version.
 
     Args:
@@ -418,6 +425,9 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         store: The store root or fsspec URL, as every command's --store; None: $PREFDATA_STORE, else
             .prefdata/store in the run's working folder.
         parent: The version this one follows (e.g. the previous round's), for the lineage.
+        onto: Grow a version: the draft holds this version's rows (NAME@VERSION, or `previous` for the
+            newest validated version of `name`, if any) before the night's, its files shared, and names
+            it as its parent (as `prefdata import --onto`).
     """
     from prefect.runtime import deployment, flow_run
 
@@ -479,6 +489,6 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
     }
     if out["api"]:  # a served policy: the API its prompts went through
         lineage["components"]["sampling_api"] = out["api"]
-    ref = write_draft(name, labelled, votes, counters, lineage, guideline_text, store)
+    ref = write_draft(name, labelled, votes, counters, lineage, guideline_text, store, onto)
     logger.info("draft %s: %d comparisons, %d pairs", ref, len(labelled), sum(r["label"] in ("a", "b") for r in labelled))
     return {"version": ref, "queue": str(queue_file), **counters}

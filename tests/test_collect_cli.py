@@ -4,7 +4,9 @@ rule judges, Prefect's test server runs it), its cache on a rerun, and one-line 
 from __future__ import annotations
 
 import json
+import os
 import math
+from pathlib import Path
 
 import pytest
 
@@ -301,3 +303,33 @@ def test_collect_renders_prompts_and_messages_through_the_chat_template(prefect_
         assert (json.loads(messages) if messages else None) == expected, text
     pairs = store.load(version.ref)
     assert pairs.height > 0 and "prompt_messages" in pairs.columns
+
+
+def test_collect_onto_previous_grows_the_newest_validated_version(prefect_api, tmp_path, capsys, monkeypatch):
+    """The nightly shape: the second night's draft holds the validated first night's pairs,
+    comparisons and votes, then its own (here the same prompts again: every id numbered after the
+    parent's copy, its comparison and votes alike), the parent's files shared."""
+    monkeypatch.chdir(tmp_path)
+    night = ("collect", "--prompts", "world", "--policy", "world", "--judge", "world", "--name", "arith", "--n", "6",
+             "--json", str(tmp_path / "run.json"), "--store", str(tmp_path / "store"))
+    code, out, err = cli(capsys, *night, "--onto", "previous")  # nothing validated yet: the first night stands alone
+    assert code == 0, out + err
+    st = Store(str(tmp_path / "store"))
+    first = st.get(json.loads((tmp_path / "run.json").read_text())["version"])
+    assert first.manifest["lineage"]["parent"] is None
+    st.set_status(first.ref, "validated", report={"passed": True, "checks": []})
+    code, out, err = cli(capsys, *night, "--onto", "previous")
+    assert code == 0, out + err
+    child = st.get(json.loads((tmp_path / "run.json").read_text())["version"])
+    assert child.manifest["lineage"]["parent"] == first.ref and st.verify(child.ref) == []
+    for config in ("default", "comparisons"):
+        theirs, ours = st.load(first.ref, config), st.load(child.ref, config)
+        assert ours.height == 2 * theirs.height and ours["id"].n_unique() == ours.height
+        assert ours.head(theirs.height).equals(theirs)
+        assert ours["id"].tail(theirs.height).to_list() == [f"{i}-2" for i in theirs["id"]]
+    if "votes" in child.manifest["counts"]["rows"]:
+        votes = st.load(child.ref, "votes")
+        assert set(votes["pair_id"]) <= set(st.load(child.ref, "comparisons")["id"])
+    shared = [rel for rel in first.manifest["files"] if rel.startswith("data/")]
+    assert all(os.path.samefile(Path(st.path(first.ref)) / rel, Path(st.path(child.ref)) / rel.replace("-of-00001", "-of-00002"))
+               for rel in shared)

@@ -94,6 +94,10 @@ def import_cmd(
     batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet, JSON Lines, JSON, CSV or TSV file of more "
                                                  "rows than this goes into the store this many rows at a time (bounds "
                                                  "memory).", min=1)] = BATCH_ROWS,
+    onto: Annotated[Optional[str], typer.Option(help="With --name: a version NAME@VERSION of the store (or previous: "
+                                                     "NAME's newest validated one, if any) whose rows the new draft "
+                                                     "holds before the file's (a growing dataset: the parent's files "
+                                                     "are shared, not copied; its lineage names it).")] = None,
     store: StoreOpt = None,
 ) -> int:
     """Import preference data, quarantining every row that cannot be used (with its reason)."""
@@ -102,6 +106,8 @@ def import_cmd(
 
     if (name is None) == (out is None):
         raise UnusableInput("give exactly one of --name NAME (store a draft version) or --out FILE (write rows)")
+    if onto is not None and name is None:
+        raise UnusableInput("--onto NAME@VERSION grows a stored version: give --name NAME for the new draft")
     writable_file(json_path, "--json")
     writable_file(out, "--out")
     from prefdata.gate.runner import read_text
@@ -127,9 +133,12 @@ def import_cmd(
         st = Store(store)
         result, version = import_file_to_store(src, name, st, fmt=format, votes=votes, max_text_bytes=max_text_bytes,
                                                track=track, aggregate=aggregate, guidelines=guidelines,
-                                               batch_rows=batch_rows)
+                                               batch_rows=batch_rows, onto=onto)
         summary = result.summary()
         summary["version"] = version.ref
+        if onto is not None:
+            summary["parent"] = version.manifest["lineage"]["parent"]
+            summary["rows"] = sum(version.manifest["counts"]["rows"]["default"].values())
         summary["status"] = version.status  # the same content imported again keeps its status
         summary["store"] = st.url
         summary["quarantine_file"] = f"{st.path(version.ref)}/quarantine.jsonl" if result.quarantine else None
@@ -156,6 +165,8 @@ def _print_import(summary: dict) -> None:
         console.print(f"quarantine: {summary['quarantine_file']}")
     if "version" in summary:
         console.print(f"version: {summary['version']} ({summary['status']})")
+    if "parent" in summary:
+        console.print(f"  onto {summary['parent']}: {summary['rows']} pairs in all, the parent's files shared")
 
 
 @app.command()

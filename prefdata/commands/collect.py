@@ -150,6 +150,9 @@ def collect_command(
     guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")] = None,
+    onto: Annotated[Optional[str], typer.Option(help="Grow a version: the draft holds its rows before the new ones "
+                                                     "(NAME@VERSION, or previous: NAME's newest validated version, "
+                                                     "if any), its files shared, as `import --onto`.")] = None,
     judge_template: Annotated[Optional[str], typer.Option(help="llm judges: the versioned template (NAME-vN; "
                                                                "default pairwise-v1, or the spec's :TEMPLATE-vN).")] = None,
     judge_max_tokens: Annotated[int, typer.Option(help="llm judges: the most tokens a reply may use.", min=1)] = 512,
@@ -246,7 +249,7 @@ def collect_command(
     from prefdata.flows.server import temporary_api
 
     with temporary_api(), followed(stages, display(stages)):
-        result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, **params)
+        result = collect(name=name, guidelines=str(guidelines) if guidelines else None, store=store, onto=onto, **params)
     verdicts = result["judge"]
     say(f"sample: {result['prompts']} prompts -> {result['candidates']} candidates")
     say(f"pair: {result['comparisons']} comparisons ({result['prompts_without_pair']} prompts without a pair)")

@@ -23,6 +23,7 @@ from prefdata.data.records import COMPARISON_COLUMNS, PAIR_COLUMNS, VOTE_COLUMNS
 from prefdata.data.rows import check_format, convert_rows, given_ids, quarantine_entry, records_frame
 
 if TYPE_CHECKING:
+    from prefdata.data.onto import Onto
     from prefdata.data.store import Store, Version
 
 DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB per text field
@@ -315,14 +316,20 @@ def require_kept(result: ImportResult, where: str = "") -> None:
                         f"reasons: {reasons}){where}: fix the rows, or check --format")
 
 
-def import_to_store(result: ImportResult, name: str, store: Store, guidelines: str | None = None) -> Version:
+def import_to_store(result: ImportResult, name: str, store: Store, guidelines: str | None = None,
+                    onto: Onto | None = None) -> Version:
     """An import as a draft version of `name`: its tables, quarantine and counts, and where it came
     from (the source files with their sha256, the format that read them). The same content imported
-    again is the same version, its status kept."""
+    again is the same version, its status kept. `onto`: the parent whose rows come first (a growing
+    dataset, prefdata.data.onto)."""
     require_kept(result)
     lineage = {"parent": None, "sources": result.sources, "flow_run": None, "components": {"importer": result.format}}
-    return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(),
-                        lineage=lineage, guidelines=guidelines)
+    if onto is None:
+        return store.create(name, version_tables(result), quarantine=result.quarantine, counts=result.summary(), lineage=lineage,
+                            guidelines=guidelines)
+    return store.create_sharded(name, [onto.tables(version_tables(result))],
+                                lambda: ({}, result.quarantine, result.summary(), onto.lineage(lineage)),
+                                guidelines=guidelines, onto=onto.parent)
 
 
 def import_file_to_store(
@@ -337,32 +344,42 @@ def import_file_to_store(
     aggregate: str = "majority",
     guidelines: str | None = None,
     batch_rows: int | None = None,
+    onto: str | None = None,
 ) -> tuple[ImportResult, Version]:
     """`import_file`, then `import_to_store`; a file the columnar path takes, of more than one batch of rows
     (columnar.BATCH_ROWS) goes into the store a batch at a time, so its size is bounded by the disk,
     not by memory. The result of such a streamed import holds only the kept rows' ids in `pairs`:
     their text is in the version's shards (and its `comparisons` hold no text either).
-    `batch_rows` (default BATCH_ROWS): rows per batch."""
+    `batch_rows` (default BATCH_ROWS): rows per batch. `onto`: NAME@VERSION of this store whose rows
+    the new draft holds before the file's (a growing dataset: prefdata.data.onto)."""
+    from prefdata.data.onto import Onto, resolve
+
     path = Path(src)
     why: list[str] = []
+    onto = resolve(store, name, onto) if onto is not None else None
+    parent = Onto.open(store, onto) if onto is not None else None  # a parent that fails verify: before any read
     hash_ahead(path)
     opened = convert_batches(path, fmt, max_text_bytes, batch_rows or BATCH_ROWS, why)
     if isinstance(opened, ComparisonBatches) and opened.n_batches > 1:
+        if parent is not None:
+            raise UnusableInput(f"--onto: {path} is a comparisons file of more than one batch ({opened.n_batches}); "
+                                "grow a version by comparisons files of at most --batch-rows rows, or import it as a "
+                                "version of its own")
         return _import_comparisons_streamed(path, opened, name, store, votes, aggregate, guidelines)
     if opened is not None and opened.n_batches > 1:
         try:
-            return _import_streamed(path, opened, name, store, votes, aggregate, guidelines)
+            return _import_streamed(path, opened, name, store, votes, aggregate, guidelines, parent)
         except MixedIds as exc:  # ids on some rows only: the row path settles their collisions, in memory
             why.append(str(exc).removeprefix(f"{path}: "))
     result = import_file(path, fmt, votes, max_text_bytes, track, aggregate=aggregate, columnar=not why,
                          opened=opened if opened is not None and opened.n_batches == 1 else None)
     if why:
         result.row_by_row = why[0]
-    return result, import_to_store(result, name, store, guidelines)
+    return result, import_to_store(result, name, store, guidelines, parent)
 
 
 def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Store, votes: str | Path | None,
-                     aggregate: str, guidelines: str | None) -> tuple[ImportResult, Version]:
+                     aggregate: str, guidelines: str | None, onto: Onto | None = None) -> tuple[ImportResult, Version]:
     from prefdata.data.store import tables_for
 
     ids: list[pl.Series] = []
@@ -371,9 +388,9 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
 
     def batches() -> Iterable[dict[str, dict[str, pl.DataFrame]]]:
         for kept, rejected in opened.batches:
-            ids.append(kept["id"])
             quarantine.extend(rejected)
-            tables = tables_for(kept)
+            ids.append(kept["id"])  # as the file names them: --votes do
+            tables = tables_for(kept) if onto is None else onto.tables(tables_for(kept))
             del kept  # before the next batch is read: one batch in memory at a time
             yield tables
             del tables
@@ -382,9 +399,14 @@ def _import_streamed(path: Path, opened: ColumnarBatches, name: str, store: Stor
         kept_ids = pl.DataFrame({"id": pl.concat(ids)})
         result = _finish(path, opened.format, kept_ids, [], [], quarantine, opened.read, votes, aggregate)
         finished.append(result)
-        return _last_tables(result)
+        if onto is None:
+            return _last_tables(result)
+        # --votes name the rows by their ids in the file, which a repeat of the parent's rows changed
+        extra, quarantined, counts, lineage = _last_tables(result)
+        return onto.tables(extra), quarantined, counts, onto.lineage(lineage)
 
-    version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines)
+    version = store.create_sharded(name, batches(), ending, n_batches=opened.n_batches, guidelines=guidelines,
+                                   onto=onto.parent if onto is not None else None)
     return finished[0], version
 
 

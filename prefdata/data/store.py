@@ -280,6 +280,60 @@ class _Shards:
             self.files.update(zip(parquet, pool.map(put_parquet, parquet)))
 
 
+    def graft(self, parent: Version) -> None:
+        """Put the parent version's tables (pairs, SFT subset, comparisons, votes) before this
+        version's own: per table folder and split, the parent's files first, then these, renumbered
+        `<split>-<i>-of-<n>` in that order. A parent file is hard-linked where the store is a local
+        folder (shared, not copied: a 10M-row parent adds no disk; safe because the store never changes
+        a file once written), copied elsewhere; its hash and size are the parent manifest's, which
+        verify holds the shared file to in both versions. The caller verified the parent."""
+        store = self.store
+        grafted: dict[str, str] = {}  # final name -> the parent's file
+        own = sorted(rel for rel in self.files if rel.split("/")[0] in CONFIG_DIRS.values())
+        theirs = sorted(rel for rel in parent.manifest["files"] if rel.split("/")[0] in CONFIG_DIRS.values())
+        parent_schema, parent_rows = parent.manifest["schema"], parent.manifest["counts"]["rows"]
+        for config, folder in CONFIG_DIRS.items():
+            if config in self.schema and config in parent_schema and self.schema[config] != parent_schema[config]:
+                raise UnusableInput(f"the new rows' {config} table has columns {self.schema[config]}, {parent.ref}'s has "
+                                    f"{parent_schema[config]}: import them as a version of their own")
+        moved: dict[str, str] = {}
+        for rel in own:  # out of the way of the final names first
+            moved[rel] = f"{self.staging}/.own/{rel}"
+            store.fs.makedirs(moved[rel].rsplit("/", 1)[0], exist_ok=True)
+            store.fs.mv(f"{self.staging}/{rel}", moved[rel])
+        groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for origin, rels in (("parent", theirs), ("own", own)):
+            for rel in rels:
+                folder, split = rel.split("/")[0], _SHARD.fullmatch(rel.split("/")[1])[1]
+                groups.setdefault((folder, split), []).append((origin, rel))
+        files = {rel: info for rel, info in self.files.items() if rel not in own}
+        for (folder, split), members in groups.items():
+            for i, (origin, rel) in enumerate(members):
+                final = f"{folder}/{split}-{i:05d}-of-{len(members):05d}.parquet"
+                target = f"{self.staging}/{final}"
+                store.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                if origin == "own":
+                    store.fs.mv(moved[rel], target)
+                    files[final] = self.files[rel]
+                else:
+                    store._share(f"{store.version_dir(parent)}/{rel}", target)
+                    files[final] = dict(parent.manifest["files"][rel])
+                    grafted[final] = rel
+        if own:
+            store.fs.rm(f"{self.staging}/.own", recursive=True)
+        self.files = files
+        for config, splits in parent_rows.items():
+            if config not in CONFIG_DIRS:
+                continue
+            for split, n in splits.items():
+                self.rows.setdefault(config, {})[split] = self.rows.get(config, {}).get(split, 0) + n
+                self.configs.setdefault(config, {})[split] = f"{CONFIG_DIRS[config]}/{split}-*.parquet"
+            self.schema.setdefault(config, parent_schema[config])
+
+
+_SHARD = re.compile(r"(.+)-\d{5}-of-\d{5}\.parquet")  # a table file's name: <split>-<k>-of-<n>.parquet
+
+
 @dataclass(frozen=True)
 class Version:
     name: str
@@ -384,13 +438,15 @@ class Store:
         n_batches: int = 1,
         guidelines: str | None = None,
         notes: Sequence[str] = (),
+        onto: Version | None = None,
     ) -> Version:
         """A version written a batch of tables at a time, so that no more than one batch of a big
         dataset is ever in memory: batch k's frames become `<folder>/<split>-<k>-of-<n_batches>.parquet`
         as soon as the batch comes. `ending()`, called after the last batch, gives the tables that
         need every batch first (each one file), the quarantine (a list, or any iterable: it is written
         a line at a time), the counts and the lineage. A version of one batch is what `create` writes;
-        the same content in the same batches is the same version.
+        the same content in the same batches is the same version. `onto`: a version of this store whose
+        tables come first, their files shared, not copied (`_Shards.graft`): a growing dataset's child.
         """
         check_name(name)
         with self._writing():
@@ -410,6 +466,8 @@ class Store:
                 extra, quarantine, counts, lineage = ending()
                 if extra:
                     shards.add(extra, shard=(0, 1))
+                if onto is not None:
+                    shards.graft(onto)
                 return self._write_version(name, staging, shards, quarantine, counts, lineage, guidelines, notes,
                                            key=key)
             finally:
@@ -483,6 +541,20 @@ class Store:
         with open(path, "rb") as handle:
             digest = hashlib.file_digest(handle, "sha256")
         return {"sha256": digest.hexdigest(), "bytes": os.path.getsize(path)}
+
+    def _share(self, source: str, target: str) -> None:
+        """`target` holding `source`'s bytes: a hard link in a local store (no bytes written), else, or
+        where the folder cannot link (another file system, a link limit), a copy."""
+        if self.local:
+            try:
+                os.link(source, target)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+            shutil.copyfile(source, target)
+            return
+        self.fs.copy(source, target)
 
     def _put_lines(self, folder: str, rel: str, lines: Iterable[str], per_write: int = 10_000) -> dict[str, Any] | None:
         """`_put` of text given a line at a time (a quarantine of millions of rows), hashed as written:
@@ -854,6 +926,30 @@ class Store:
         if not frames:
             raise UnusableInput(f"{v.ref} has no {config!r} table" + (f" split {split!r}" if split else ""))
         return pl.concat(frames, how="diagonal")
+
+    def _table_files(self, v: Version, config: str) -> list[str]:
+        folder = CONFIG_DIRS[config]
+        return sorted(f for f in v.manifest["files"] if f.startswith(folder + "/"))
+
+    def _parquet_source(self, v: Version, rel: str):
+        """What polars reads one of a version's Parquet files from: its path in a local store (read in
+        part, a column or a row group at a time), else its bytes."""
+        return self.file_path(v, rel) if self.local else self._read_file(v, rel)
+
+    def table_schema(self, v: Version, config: str) -> pl.Schema:
+        """The column types of a version's table, from its first file's footer."""
+        return pl.read_parquet_schema(self._parquet_source(v, self._table_files(v, config)[0]))
+
+    def read_columns(self, v: Version, config: str, columns: list[str] | None,
+                     ids: pl.Series | None = None) -> pl.DataFrame:
+        """Some columns (None: all) of a version's table, every file stacked; `ids`: only those rows."""
+        frames = []
+        for rel in self._table_files(v, config):
+            scan = pl.scan_parquet(self._parquet_source(v, rel))
+            if ids is not None:
+                scan = scan.filter(pl.col("id").is_in(ids.implode()))
+            frames.append(scan.select(columns) if columns is not None else scan)
+        return pl.concat(pl.collect_all(frames), how="diagonal_relaxed")
 
     def read_text(self, ref: str, rel: str) -> str:
         return self._read_file(self.get(ref), rel).decode("utf-8")
