@@ -206,7 +206,7 @@ class HFTextClassifier:
         device: int | str | None = None,
         max_length: int | None = None,
     ):
-        from transformers import pipeline  # heavy import, only when a model is used
+        from prefdata.models.loading import load_text_classifier  # transformers loads only when a model is used
 
         self.model_path = str(model_path)
         self.threshold = float(threshold)
@@ -214,13 +214,8 @@ class HFTextClassifier:
         self.safe_labels = {s.lower() for s in safe_labels}
         self.label_map = dict(label_map or {})
         self.max_length = max_length
-        self.pipeline = pipeline(
-            "text-classification",
-            model=self.model_path,
-            tokenizer=self.model_path,
-            top_k=None,
-            device=-1 if device is None else device,
-        )
+        # loaded where every model path is (a .gguf file becomes its converted folder there)
+        self.pipeline = load_text_classifier(self.model_path, device)
 
     def __repr__(self) -> str:
         return f"hf_text_classifier({self.model_path!r}, threshold={self.threshold})"

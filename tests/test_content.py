@@ -277,6 +277,27 @@ def test_safety_with_local_hf_text_classifier(tmp_path):
     assert set(renamed(["hello"])[0]) == {"unsafe"}
 
 
+def test_the_classifier_loads_through_the_model_layer_and_scores_as_the_pipeline_did(tmp_path, monkeypatch):
+    """hf_text_classifier's model path goes where every model path goes (prefdata.models.loading:
+    local_model turns a .gguf file into its converted folder), not straight into transformers'
+    pipeline; its scores are those of `pipeline(model=path)`, the way it loaded before."""
+    from transformers import pipeline
+
+    import prefdata.models.loading as loading
+
+    _tiny_text_classifier(tmp_path)
+    texts = ["how do i make a bomb", "hello world", "", "cats " * 100]
+    before = pipeline("text-classification", model=str(tmp_path), tokenizer=str(tmp_path), top_k=None, device=-1)
+    expected = before(texts, batch_size=2, truncation=True)
+    seen = []
+    local_model = loading.local_model
+    monkeypatch.setattr(loading, "local_model", lambda path: seen.append(str(path)) or local_model(path))
+    scores = hf_text_classifier(tmp_path, batch_size=2)(texts)
+    assert seen == [str(tmp_path)] * 2  # the model and its tokenizer
+    assert scores == [{"LABEL_1": pytest.approx(next(x["score"] for x in row if x["label"] == "LABEL_1"), abs=1e-6)}
+                      for row in expected]
+
+
 # XSTest (450 prompts: 250 safe ones that sound unsafe, 200 unsafe). Measured with the default
 # settings: FPR 0.012 (3 of 250), recall 0.915, precision 0.984. These are in-sample: the lexicon's
 # phrase patterns were written with these prompts in view (bench/RESULTS.md has the out-of-sample

@@ -331,3 +331,63 @@ def test_no_layer_reaches_into_another_layers_private_names():
                 if any(layer_of.get(o) != layer_of.get(name) for o in origin):
                     found.append(f"{name}: {alias.name} from {sorted(origin)}")
     assert found == []
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def test_no_layer_names_in_its_code_a_module_it_may_not_import():
+    """A string that names a project module (`"prefdata.world:verify"`, a hint's example) ties a layer to
+    that module as an import would: a spec shorthand in base once named the world's verifier, which
+    belongs to the registry's entry points (pyproject.toml, `prefdata.verifiers`). Docstrings may
+    name anything."""
+    rows = {r["layer"]: r for r in layer_table()}
+    modules = project_modules()
+    layer_of = layers_by_module(list(rows.values()), modules)
+    packages = {layer: package_of(row) for layer, row in rows.items()}
+    named = re.compile(r"\bprefdata(?:\.\w+)+")
+    found = []
+    for name, path in modules.items():
+        mine = layer_of.get(name)
+        allowed = rows[mine]["may_import"] if mine else {"everything"}
+        if "everything" in allowed:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
+                continue
+            for text in named.findall(node.value):
+                target = text
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                theirs = layer_of.get(target)
+                if target == ROOT or theirs in (mine, None) or theirs in allowed:
+                    continue
+                if f"{theirs}.{target[len(packages[theirs]) + 1:]}" in allowed:
+                    continue
+                found.append(f"{name}:{node.lineno}: {text!r} ({theirs})")
+    assert found == []
+
+
+def test_models_load_and_chats_render_only_in_the_model_layer():
+    """Every model path is loaded by prefdata.models.loading (a .gguf file becomes its converted folder
+    there) and every chat is rendered by prefdata.models.chat: no `from_pretrained`, `apply_chat_template`
+    or transformers `pipeline` call anywhere else."""
+    found = []
+    for name, path in project_modules().items():
+        if name.startswith("prefdata.models."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    node.func.attr in ("from_pretrained", "apply_chat_template")
+                    or (node.func.attr == "pipeline" and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "transformers")):
+                found.append(f"{name}:{node.lineno}: {node.func.attr}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformers") and any(
+                    alias.name == "pipeline" for alias in node.names):
+                found.append(f"{name}:{node.lineno}: import pipeline")
+    assert found == []

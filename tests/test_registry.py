@@ -63,8 +63,10 @@ def test_every_runner_picks_its_checks_by_the_registrys_traits():
 
 
 def test_every_trait_is_read_by_a_runner():
-    """A trait no runner reads is a list that can drift from what the runners do."""
+    """A trait no runner reads is a list that can drift from what the runners do. (`reads`, which part
+    of a conversation a check reads, is for people: `check --list-checks` prints it.)"""
     sources = "".join((CHECKS_DIR / f"{m}.py").read_text() for m in ("checklist", "batched", "distributed"))
+    sources += (CHECKS_DIR.parent / "prefdata" / "commands" / "cli.py").read_text()
     traits = [f.name for f in fields(Check)] + [n for n, v in vars(Check).items() if isinstance(v, property)]
     for trait in traits:
         assert f".{trait}" in sources, trait

@@ -143,15 +143,35 @@ def test_model_revision_names_the_checkpoint(tiny_llama, tmp_path):
 
 def test_sampling_params_are_validated():
     with pytest.raises(ValueError, match="top_p=1.5"):
-        SamplingParams(top_p=1.5)
-    assert not SamplingParams(temperature=0).do_sample
+        SamplingParams(top_p=1.5, max_new_tokens=4)
+    assert not SamplingParams(temperature=0, max_new_tokens=4).do_sample
+
+
+def test_max_new_tokens_has_one_default_the_policys():
+    """SamplingParams has no max_new_tokens of its own (it had 64, a third default beside the policy's 256
+    and the world's 6 that no caller saw): the collect flow and `prefdata collect` resolve it on their
+    Policy (flows/params.py), and that value is what reaches the sampler."""
+    import dataclasses
+
+    from prefdata.flows.params import MAX_NEW_TOKENS, WORLD_MAX_NEW_TOKENS, Policy
+
+    with pytest.raises(TypeError, match="max_new_tokens is required"):
+        SamplingParams()
+    with pytest.raises(TypeError, match="max_new_tokens is required"):
+        SamplingParams(temperature=0.7, seed=3)
+    assert next(f.default for f in dataclasses.fields(SamplingParams) if f.name == "max_new_tokens") is None
+    for policy, expected in ((Policy(model="org/some-model"), MAX_NEW_TOKENS), (Policy(), WORLD_MAX_NEW_TOKENS)):
+        # as flows/collect.py builds each chunk's params, positionally
+        params = SamplingParams(policy.temperature, policy.top_p, policy.top_k, policy.max_new_tokens, 0)
+        assert params.max_new_tokens == policy.max_new_tokens == expected
+        assert SamplingParams(**params.as_dict()) == params  # a cached chunk's params read back
 
 
 # -- pairs ---------------------------------------------------------------------------------------------
 
 
 def cand(text: str, i: int, revision: str = "sha256:aaaa", prompt: str = "p") -> Candidate:
-    return Candidate(prompt, text, "m", revision, SamplingParams().as_dict(), "transformers", i)
+    return Candidate(prompt, text, "m", revision, SamplingParams(max_new_tokens=8).as_dict(), "transformers", i)
 
 
 def test_build_pairs_all_skips_identical_candidates():

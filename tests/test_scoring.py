@@ -41,11 +41,11 @@ def test_model_scorers_load_by_path_and_score_every_pair(kind, tiny_reward_model
     path = tiny_reward_model if kind == "rm" else tiny_llama
     verdicts = verdicts_for(f"{kind}:{path}", PAIRS)
     assert verdicts["id"].to_list() == ["p1", "p2", "p3"]
-    assert set(verdicts["preferred"]) <= {"chosen", "rejected", "tie"}
+    assert set(verdicts["preferred"]) <= {"chosen", "rejected", None}  # equal scores: undecided, never a tie
     scores = verdicts.select("score_chosen", "score_rejected").to_numpy()
     assert scores.shape == (3, 2) and (scores == scores).all()  # finite numbers, no NaN
     # the verdict follows the scores
-    expected = ["chosen" if c > r else "rejected" if r > c else "tie" for c, r in scores]
+    expected = ["chosen" if c > r else "rejected" if r > c else None for c, r in scores]
     assert verdicts["preferred"].to_list() == expected
 
 
@@ -82,9 +82,10 @@ def test_a_verifier_and_an_in_process_judge_score_label_direction(tmp_path, monk
     (tmp_path / "my_rules.py").write_text("def is_42(prompt, completion):\n    return completion == '42'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     register(verifiers={"is_42": "my_rules:is_42"})
-    assert verdicts_for("rule:is_42", PAIRS)["preferred"].to_list() == ["chosen", "chosen", "tie"]  # by its name
+    # neither is 42 on p3: undecided (null), as collect's RuleJudge says (both_fail), where this once said "tie"
+    assert verdicts_for("rule:is_42", PAIRS)["preferred"].to_list() == ["chosen", "chosen", None]  # by its name
     verdicts = verdicts_for("rule:my_rules:is_42", PAIRS)
-    assert verdicts["preferred"].to_list() == ["chosen", "chosen", "tie"]  # 42 over 41 and 24; neither is 42
+    assert verdicts["preferred"].to_list() == ["chosen", "chosen", None]  # 42 over 41 and 24; neither is 42
     # A random tiny model as an in-process judge: every pair undecided, none guessed
     judged = verdicts_for(f"llm:{tiny_llama}", PAIRS)
     assert judged["id"].to_list() == ["p1", "p2", "p3"] and judged["preferred"].to_list() == [None, None, None]

@@ -444,6 +444,38 @@ def test_the_shipped_judge_judges_held_out_comparisons_in_process():
     assert stats["agreement_decided"] >= 0.9
 
 
+def test_the_in_process_judge_renders_through_the_one_chat_rendering(monkeypatch):
+    """model_judge asks its model what prefdata.models.chat renders (no chat template call of its own),
+    and that is the very text the old call wrote: apply_chat_template(messages, tokenize=False) without
+    its <bos>, which generate() adds again."""
+    import ast
+    import inspect
+
+    import prefdata.models.chat as chat
+    import prefdata.world.judge as world_judge
+    import prefdata.world.model as world_model
+    from prefdata.collect.judging import Template
+    from prefdata.models.loading import load_tokenizer
+
+    calls = {node.func.attr for node in ast.walk(ast.parse(inspect.getsource(world_judge)))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert "apply_chat_template" not in calls
+
+    asked, rendered = [], []
+    monkeypatch.setattr(world_model, "generate", lambda model, tokenizer, prompts, **kw: asked.extend(prompts) or ["0"])
+    render_prompt = chat.render_prompt
+    monkeypatch.setattr(chat, "render_prompt", lambda *a, **k: rendered.append(render_prompt(*a, **k)) or rendered[-1])
+    judge = model_judge(SHIPPED / "judge")
+    comparisons = judge_comparisons(3)
+    for prompt, a, b in comparisons:
+        judge(prompt, a, b)
+    tokenizer = load_tokenizer(SHIPPED / "judge")
+    template = Template.load(world_judge.JUDGE_TEMPLATE_NAME)
+    old = [tokenizer.apply_chat_template(template.messages(*c), tokenize=False).removeprefix(tokenizer.bos_token)
+           for c in comparisons]
+    assert asked == rendered == old and all(old) and not old[0].startswith(tokenizer.bos_token)
+
+
 # --- the real thing ------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from prefdata.base.verdicts import decide
 from prefdata.trainers.config import MixConfig
 from prefdata.trainers.data import TrainingData, read_sft_file
 from prefdata.trainers.rendering import render_sft
@@ -47,7 +48,8 @@ def preference_accuracy(model, tokenizer, pairs: list[dict[str, str]]) -> float 
         return None
     chosen = mean_logprobs(model, tokenizer, [(p["prompt"], p["chosen"]) for p in pairs])
     rejected = mean_logprobs(model, tokenizer, [(p["prompt"], p["rejected"]) for p in pairs])
-    return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
+    # the one rule of two scores (prefdata.base.verdicts): equal, NaN or no score is not ranked right
+    return sum(decide(c, r).label == "a" for c, r in zip(chosen, rejected)) / len(pairs)
 
 
 LENGTH_PROMPTS = 128  # held-out prompts generated on for the length figure: enough for a stable mean, cheap

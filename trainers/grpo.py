@@ -1,6 +1,6 @@
 """`grpo`: TRL's GRPOTrainer on LoRA adapters, rewards from a rule verifier, a reward model, or both.
 
-    rewards: ["rule:prefdata.world:verify"]      a function (prompt, completion) -> bool | float
+    rewards: ["rule:world"]                      a registered verifier (prompt, completion) -> bool | float
     rewards: ["rm:.prefdata/runs/rm-x"]          a sequence-classification reward model folder
 
 A reward model must have a card from `prefdata train rm` recording held-out pairwise accuracy at or
@@ -56,7 +56,7 @@ class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
 
 def reward_funcs(specs: list[str]) -> list:
     if not specs:
-        raise UnusableInput("grpo needs rewards: e.g. rewards: ['rule:prefdata.world:verify'] or ['rm:PATH']")
+        raise UnusableInput("grpo needs rewards: e.g. rewards: ['rule:world'] or ['rm:PATH']")
     out = []
     for spec in specs:
         kind, _, target = spec.partition(":")

@@ -18,6 +18,7 @@ from typing import Callable
 
 from trl import RewardConfig, RewardTrainer
 
+from prefdata.base.verdicts import decide
 from prefdata.trainers import Plugin
 from prefdata.trainers.config import MixConfig, PairTrainDefaults, RunDefaults, lora_config
 from prefdata.trainers.data import TrainingData
@@ -56,7 +57,8 @@ def pairwise_accuracy(model_dir: Path | str, pairs: list[dict[str, str]]) -> flo
     scorer = RewardModelScorer(model_dir, rendering=None)  # the text is rendered already
     prompts = [p["prompt"] for p in pairs]
     chosen, rejected = scorer(prompts, [p["chosen"] for p in pairs]), scorer(prompts, [p["rejected"] for p in pairs])
-    return sum(c > r for c, r in zip(chosen, rejected)) / len(pairs)
+    # the one rule of two scores (prefdata.base.verdicts): equal, NaN or no score is not ranked right
+    return sum(decide(c, r).label == "a" for c, r in zip(chosen, rejected)) / len(pairs)
 
 
 def chance_warning(accuracy: float | None, n_eval: int, n_train: int) -> str | None:

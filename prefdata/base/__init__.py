@@ -7,6 +7,7 @@
     allocator   the bulk data commands keep freed memory for reuse (fewer page faults)
     progress    per-stage progress of a flow run, and how a command draws it
     specs       the one syntax of judges, scorers and verifiers ("llm:PATH", "rm:PATH", "rule:NAME")
+    verdicts    the one rule from a pair of scores to a verdict (higher wins; equal, NaN or an error: undecided)
     targets     the one loader of "module:function" targets (called only by registry)
     registry    what a spec, a config or a run's parameters may name: registered verifiers, repairs,
                 evaluators and trainers; the paths, servers and variables a deployment's run may reach

@@ -11,6 +11,10 @@ the raw replies kept, and such pairs route to humans (prefdata.collect.routing).
                                        (prompt + response + eos, prefdata/models/reward.py)
     RuleJudge(verifier)                a verifier (prompt, completion) -> bool | float decides
 
+Both scoring judges turn their two scores into a verdict by the one rule `check --scorer` and the
+trainers use too (prefdata.base.verdicts): the higher side wins; equal scores, NaN and a scorer's
+error leave the pair undecided (never a tie, never a preference).
+
 Every Verdict names its judge, model and (LLM) template name, version and sha256; JudgeReport
 summarises a run: counts and the position-consistency rate.
 """
@@ -20,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from prefdata.base.errors import UnusableInput
+from prefdata.base.verdicts import Decision, attempt, decide
 from prefdata.data.records import pair_id as make_pair_id
 
 log = logging.getLogger(__name__)
@@ -348,14 +352,16 @@ class PairwiseLLMJudge:
 # -- reward model and rule -----------------------------------------------------------------------
 
 
-def _by_scores(item: PairToJudge, a: float, b: float, judge: str, model: str, tie_margin: float, reason: str) -> Verdict:
-    margin = a - b
-    label = "tie" if abs(margin) <= tie_margin else ("a" if margin > 0 else "b")
-    # Bradley-Terry: sigmoid(|margin|) is the modelled probability that the higher-scored side wins.
-    return Verdict(item.pair_id, label, 1 / (1 + math.exp(-abs(margin))), reason, judge, model, scores=(a, b))
+def _by_scores(item: PairToJudge, decision: Decision, judge: str, model: str) -> Verdict:
+    """A judge's Verdict of a pair's two scores, decided by the one rule (prefdata.base.verdicts)."""
+    return Verdict(item.pair_id, decision.label, decision.confidence, decision.reason, judge, model,
+                   scores=decision.scores, error=decision.error)
 
 
 class RewardModelJudge:
+    """Both sides scored by a reward model; the higher wins (confidence sigmoid(|margin|)), scores within
+    `tie_margin` of each other (equal, by default) or NaN leave the pair undecided (prefdata.base.verdicts)."""
+
     name = "reward-model"
 
     def __init__(self, model_path: str | Path, batch_size: int = 16, tie_margin: float = 0.0, device: str = "cpu"):
@@ -373,20 +379,23 @@ class RewardModelJudge:
             try:
                 prompts = [i.prompt for i in chunk]
                 scores = self.scorer(prompts + prompts, [i.response_a for i in chunk] + [i.response_b for i in chunk])
-                verdicts += [_by_scores(item, scores[k], scores[len(chunk) + k], self.name, self.model_path,
-                                        self.tie_margin, "margin") for k, item in enumerate(chunk)]
+                # Bradley-Terry: sigmoid(|margin|) is the modelled probability that the higher-scored side wins
+                verdicts += [_by_scores(item, decide(scores[k], scores[len(chunk) + k], self.tie_margin, "margin",
+                                                     bradley_terry=True), self.name, self.model_path)
+                             for k, item in enumerate(chunk)]
             except Exception as error:  # noqa: BLE001 - one bad batch leaves its pairs undecided, not the run dead
-                verdicts += [Verdict(i.pair_id, None, None, "error", self.name, self.model_path,
-                                     error=f"{type(error).__name__}: {error}") for i in chunk]
+                verdicts += [_by_scores(i, decide(error, error), self.name, self.model_path) for i in chunk]
         self.last_report = JudgeReport.from_verdicts(verdicts, time.perf_counter() - start)
         return verdicts
 
 
 @dataclass
 class RuleJudge:
-    """A verifier decides: the side it passes (bool) or scores higher (float) wins with confidence 1.0
-    (a rule is not uncertain). When both sides pass, both fail or score the same, the rule cannot
-    order them: undecided ("both_pass", "both_fail", "equal_scores")."""
+    """A verifier decides, by the one rule of two scores (prefdata.base.verdicts, as `check --scorer
+    rule:NAME` decides): the side it passes (bool) or scores higher (float) wins with confidence 1.0 (a
+    rule is not uncertain). When both sides pass, both fail or score the same, the rule cannot order
+    them: undecided ("both_pass", "both_fail", "equal_scores"). A verifier that raises, or returns NaN,
+    an infinity or what is not a number, leaves that pair undecided ("error", the error kept)."""
 
     verifier: Callable[[str, str], bool | float]
     rule_name: str | None = None
@@ -394,17 +403,9 @@ class RuleJudge:
     name = "rule"
 
     def _one(self, item: PairToJudge, model: str) -> Verdict:
-        try:
-            raw_a, raw_b = self.verifier(item.prompt, item.response_a), self.verifier(item.prompt, item.response_b)
-            a, b = float(raw_a), float(raw_b)  # a verdict of None or text is the verifier's error, not a score
-            if math.isnan(a) or math.isnan(b):
-                raise ValueError(f"the verifier returned NaN ({raw_a!r}, {raw_b!r})")
-        except Exception as error:  # noqa: BLE001 - a verifier that chokes on one completion leaves that pair undecided
-            return Verdict(item.pair_id, None, None, "error", self.name, model, error=f"{type(error).__name__}: {error}")
-        if a == b:
-            reason = ("both_pass" if a else "both_fail") if isinstance(raw_a, bool) else "equal_scores"
-            return Verdict(item.pair_id, None, None, reason, self.name, model, scores=(a, b))
-        return Verdict(item.pair_id, "a" if a > b else "b", 1.0, "verifier", self.name, model, scores=(a, b))
+        decision = decide(attempt(self.verifier, item.prompt, item.response_a),
+                          attempt(self.verifier, item.prompt, item.response_b), reason="verifier")
+        return _by_scores(item, decision, self.name, model)
 
     def judge(self, items: list[PairToJudge]) -> list[Verdict]:
         model = f"rule:{self.rule_name or getattr(self.verifier, '__qualname__', 'verifier')}"

@@ -48,10 +48,15 @@ class SamplingParams:
     temperature: float = 1.0   # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0             # 0 = off. Explicit, because transformers otherwise applies top_k=50 silently
-    max_new_tokens: int = 64
+    # Required (None is refused): how long a policy's answers may be has one default, the collect flow's
+    # and `prefdata collect`'s (Policy.max_new_tokens, resolved by the model it samples), never one here.
+    max_new_tokens: int | None = None
     seed: int = 0
 
     def __post_init__(self):
+        if self.max_new_tokens is None:
+            raise TypeError("SamplingParams: max_new_tokens is required (the caller's, e.g. the collect policy's "
+                            "max_new_tokens): there is no default here")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams: temperature={self.temperature} must be >= 0, top_p={self.top_p} in (0, 1], "
                              f"top_k={self.top_k} >= 0 and max_new_tokens={self.max_new_tokens} >= 1")

@@ -14,18 +14,21 @@ A scorer spec (prefdata.base.specs: the syntax `collect --judge` uses too) names
                   one line (exit 2) naming it, the row id and the error: no row is dropped in silence
 
 Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
-checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess.
+checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess. Scores (rm,
+lm, rule) become verdicts by the one rule collect's judges use too (prefdata.base.verdicts): the higher
+side is preferred, equal scores are undecided (null, not a tie), and a score that is NaN, an infinity,
+no number or the scorer's error fails the run in one line naming the row.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable
 
 import polars as pl
 
 from prefdata.base.errors import UnusableInput
+from prefdata.base.verdicts import Decision, attempt, decide
 from prefdata.data.formats import RowRejected, parse_vote
 from prefdata.data.readers import read_rows
 from prefdata.base.specs import Spec
@@ -99,9 +102,38 @@ def _sample(pairs: pl.DataFrame, sample_size: int, seed: int) -> pl.DataFrame:
     return pairs if pairs.height <= sample_size else pairs.sample(sample_size, seed=seed)
 
 
-def _from_scores(ids: list[str], chosen, rejected, tie_margin: float) -> pl.DataFrame:
-    preferred = ["tie" if abs(c - r) <= tie_margin else ("chosen" if c > r else "rejected") for c, r in zip(chosen, rejected)]
-    return pl.DataFrame({"id": ids, "preferred": preferred, "score_chosen": chosen, "score_rejected": rejected})
+PREFERRED = {"a": "chosen", "b": "rejected", None: None}  # a Decision's side (chosen is shown as a) -> `preferred`
+SIDES = {"a": "chosen", "b": "rejected"}
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decisions_frame(ids: list[str], decisions: list[Decision], where: str, what: str = "scorer") -> pl.DataFrame:
+    """`id, preferred, score_chosen, score_rejected` of a scorer's decisions, made by the one rule that
+    collect's judges use too (prefdata.base.verdicts: the higher score wins; equal scores are undecided,
+    null). A decision that is an error (the scorer raised, or gave NaN, an infinity or no number on a
+    sampled row) fails the run in one line (UnusableInput, exit 2) naming `where`, the row, the side and
+    the error: such a row is never dropped or counted in silence, since the direction check would then
+    judge a sample other than the one it reports. (Collect's judges leave that pair undecided instead,
+    for humans: a judge never crashes a batch.)"""
+    for row_id, decision in zip(ids, decisions, strict=True):
+        if decision.error is not None:
+            raise UnusableInput(f"{where}: the {what} failed on row {_one_line(repr(row_id), 80)} "
+                                f"({SIDES[decision.side]}): {decision.error}; fix the {what} (or the row), or "
+                                "check this data with another scorer")
+    scores = [d.scores for d in decisions]
+    return pl.DataFrame({"id": ids, "preferred": [PREFERRED[d.label] for d in decisions],
+                         "score_chosen": [s[0] for s in scores], "score_rejected": [s[1] for s in scores]},
+                        schema={"id": pl.String, "preferred": pl.String, "score_chosen": pl.Float64,
+                                "score_rejected": pl.Float64})
+
+
+def _from_scores(ids: list[str], chosen, rejected, tie_margin: float, where: str) -> pl.DataFrame:
+    """A model's scores (a reward model's, or mean log-probabilities) as verdicts, by the one rule."""
+    return decisions_frame(ids, [decide(c, r, tie_margin) for c, r in zip(chosen, rejected)], where)
 
 
 def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
@@ -113,7 +145,7 @@ def reward_model_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500
     sample = _sample(pairs, sample_size, seed)
     prompts = sample["prompt"].to_list()
     return _from_scores(sample["id"].to_list(), score(prompts, sample["chosen"].to_list()),
-                        score(prompts, sample["rejected"].to_list()), tie_margin)
+                        score(prompts, sample["rejected"].to_list()), tie_margin, f"--scorer rm:{path}")
 
 
 def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0,
@@ -131,7 +163,8 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
     def score(responses: list[str]) -> list[float]:
         return mean_logprobs(model, tokenizer, list(zip(prompts, responses)), batch_size, eos=False)
 
-    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()), tie_margin)
+    return _from_scores(sample["id"].to_list(), score(sample["chosen"].to_list()), score(sample["rejected"].to_list()),
+                        tie_margin, f"--scorer lm:{path}")
 
 
 def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
@@ -148,48 +181,20 @@ def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed
                         schema={"id": pl.String, "preferred": pl.String})
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _verifier_score(verify, name: str, row_id: str, side: str, prompt: str, completion: str) -> float:
-    """One side's score from a verifier, or UnusableInput (exit 2, one line) naming the verifier, the row
-    and what went wrong: a verifier that raises, returns what is not a number, or returns NaN or an
-    infinity fails the run. Such a row is never dropped or counted as a tie in silence: the direction
-    check would then judge a sample other than the one it reports."""
-    where = f"--scorer rule:{name}: the verifier failed on row {row_id!r} ({side})"
-    how = "fix the verifier (or the row), or check this data with another scorer"
-    try:
-        value = verify(prompt, completion)
-    except Exception as exc:  # the verifier's own error, whatever its type: the user's code, not prefdata's
-        raise UnusableInput(f"{where}: {type(exc).__name__}: {_one_line(exc)}; {how}") from exc
-    try:
-        score = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UnusableInput(f"{where}: it returned {_one_line(repr(value), 80)}, not True/False or a number; "
-                            f"{how}") from None
-    if not math.isfinite(score):
-        raise UnusableInput(f"{where}: it returned {score}, not a finite number; {how}")
-    return score
-
-
 def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
-    """A verifier scores each side (True/False or a number): the higher side is preferred, equal is a tie.
-    A verifier that raises or returns NaN (or what is not a finite number) on any sampled row fails the
-    run with one line (UnusableInput, exit 2) naming the verifier, the row id and the error."""
+    """A verifier scores each side (True/False or a number), decided by the one rule collect's RuleJudge
+    uses (prefdata.base.verdicts): the higher side is preferred; equal (both pass, both fail) is
+    undecided. A verifier that raises or returns NaN (or what is not a finite number) on any sampled row
+    fails the run with one line (UnusableInput, exit 2) naming the verifier, the row id and the error."""
     from prefdata.base.registry import load, resolve
 
     verify = load("verifier", target, "--scorer rule")
     resolved = resolve("verifier", target, "--scorer rule")
     name = target if resolved == target else f"{target} ({resolved})"
     sample = _sample(pairs, sample_size, seed)
-    ids = sample["id"].to_list()
-    chosen, rejected = [], []
-    for row_id, p, c, r in zip(ids, sample["prompt"].to_list(), sample["chosen"].to_list(), sample["rejected"].to_list()):
-        chosen.append(_verifier_score(verify, name, row_id, "chosen", p, c))
-        rejected.append(_verifier_score(verify, name, row_id, "rejected", p, r))
-    return _from_scores(ids, chosen, rejected, 0.0)
+    rows = sample.select("id", "prompt", "chosen", "rejected").iter_rows()
+    decisions = [decide(attempt(verify, p, c), attempt(verify, p, r)) for _, p, c, r in rows]
+    return decisions_frame(sample["id"].to_list(), decisions, f"--scorer rule:{name}", "verifier")
 
 
 def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:

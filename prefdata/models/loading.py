@@ -1,6 +1,7 @@
 """Where a model path becomes something transformers loads: every policy, judge, reward model and
-tokenizer the library opens goes through `load_tokenizer`, `load_causal_lm`, `load_reward_model`
-or `load_config` here, so a behaviour of model paths is written once.
+tokenizer the library opens goes through `load_tokenizer`, `load_causal_lm`, `load_reward_model`,
+`load_text_classifier` (the safety check's classifier) or `load_config` here, so a behaviour of model
+paths is written once.
 
 A model path is a folder written by `save_pretrained`, a hub name, or a GGUF file (`*.gguf`, as
 llama.cpp and many model releases ship them). transformers reads GGUF (`gguf_file=`, dequantising
@@ -76,6 +77,18 @@ def load_reward_model(path: str | Path, **kwargs: Any):
     from transformers import AutoModelForSequenceClassification
 
     return AutoModelForSequenceClassification.from_pretrained(local_model(path), **kwargs)
+
+
+def load_text_classifier(path: str | Path, device: int | str | None = None):
+    """A text-classification pipeline (transformers' `pipeline("text-classification")`, every label's
+    score: `top_k=None`) over a sequence-classification model and its tokenizer, both loaded here: the
+    safety check's optional classifier (checks.content.hf_text_classifier). `device`: the pipeline's
+    (default CPU)."""
+    from transformers import AutoModelForSequenceClassification, pipeline
+
+    model = AutoModelForSequenceClassification.from_pretrained(local_model(path))
+    return pipeline("text-classification", model=model, tokenizer=load_tokenizer(path), top_k=None,
+                    device=-1 if device is None else device)
 
 
 def load_config(path: str | Path):

@@ -40,17 +40,20 @@ def model_judge(model_path: Path | str, template: str = JUDGE_TEMPLATE_NAME) -> 
     """The reference judge in-process: a local causal LM answers the rendered template (greedy), and
     the template's parser names the matching response. Answers are cached per question."""
     from prefdata.collect.judging import Template
+    from prefdata.models.chat import render_prompt, resolve
     from prefdata.models.loading import load_causal_lm, load_tokenizer
     from prefdata.world.model import generate
 
     tokenizer = load_tokenizer(model_path)
     model = load_causal_lm(model_path).eval()
+    # the one chat rendering, as the served judge's LocalChat renders (a judge reads prompts only): the
+    # template's text without its <bos>, which generate() adds again when it tokenizes
+    rendering = resolve(tokenizer, "true", replies=False)
     spec = Template.load(template)
     replies: dict[str, str] = {}
 
     def judge(prompt: str, response_a: str, response_b: str) -> str | None:
-        question = tokenizer.apply_chat_template(spec.messages(prompt, response_a, response_b), tokenize=False)
-        question = question.removeprefix(tokenizer.bos_token)  # generate() tokenizes, adding <bos> again
+        question = render_prompt(tokenizer, rendering, spec.messages(prompt, response_a, response_b))
         if question not in replies:
             replies[question] = generate(model, tokenizer, [question], max_new_tokens=JUDGE_MAX_TOKENS)[0]
         return spec.parse(replies[question], response_a, response_b)
