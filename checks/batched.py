@@ -25,6 +25,7 @@ and each row-local check's message and counts.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
@@ -122,25 +123,79 @@ def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Mes
                        message(details, len(offending), n_rows, threshold), details)
 
 
+# CheckInputs.derived: this run's row-local results per data file (file sha256 -> check id -> part),
+# what `publish` stores with a validated version for its children (prefdata.gate.publishing)
+PARTS = "batched.parts"
+# details a run adds around a check's own (its time, its shard count): never part of a stored result
+_RUN_DETAILS = ("seconds", "shards", "reused_rows")
+
+
+def reusable(check_id: str) -> bool:
+    """A row-local check a sharded run reads the texts for, shard by shard (the costly ones), whose
+    verdict on a file depends on the file's rows and the check's parameters alone (no tokenizer or
+    other input it `needs`): its result on a file can be stored and taken again for the same file
+    (by content) under the same parameters."""
+    check = CHECKS[check_id]
+    return check.row_local and check.needs_text and not check.needs
+
+
+def as_part(params: dict[str, Any], rows: int, result: CheckResult) -> dict[str, Any]:
+    """A check's result on one file as stored: its parameters (JSON's view of them), its rows, its result."""
+    details = {k: v for k, v in result.details.items() if k not in _RUN_DETAILS}
+    return {"params": json.loads(json.dumps(params, sort_keys=True, default=str)), "rows": rows,
+            "result": {"id": result.id, "status": result.status, "metric": result.metric,
+                       "threshold": result.threshold, "offending": list(result.offending),
+                       "message": result.message, "details": details}}
+
+
+def _stored(part: dict[str, Any] | None, params: dict[str, Any]) -> CheckResult | None:
+    """A stored part's result, when it was computed under these parameters."""
+    if part is None or part.get("params") != json.loads(json.dumps(params, sort_keys=True, default=str)):
+        return None
+    r = part["result"]
+    return CheckResult(r["id"], r["status"], r["metric"], r["threshold"], tuple(r["offending"]), r["message"],
+                       dict(r["details"]))
+
+
 def _shard_by_shard(check_id: str) -> Callable[..., CheckResult]:
-    """A row-local check run on each shard's rows, bound as the registry binds it, its results combined."""
+    """A row-local check run on each shard's rows, bound as the registry binds it, its results combined.
+    A shard whose result the inputs hold already (a growing version's parent's, `inputs.reuse`) is not
+    read: its stored result is one of the parts, which `combine` joins as it joins computed ones."""
     check = CHECKS[check_id]
     parameters = tuple(inspect.signature(check.function).parameters)
 
     def run(inputs: CheckInputs, **params: Any) -> CheckResult:
         shards = inputs.shards
-        results, rows = [], 0
-        for k, (_, frame) in enumerate(shards.frames()):
+        keys = shards.keys if getattr(shards, "keys", None) else [None] * len(shards.paths)
+        reuse = (inputs.reuse or {}) if reusable(check_id) else {}
+        parts = inputs.derived.setdefault(PARTS, {})
+        results, rows, reused = [], 0, 0
+        for k, key in enumerate(keys):
             # rows lost at read go with the last shard: those a check counts (degenerate_pairs) are its rows too
             last = k == len(shards.paths) - 1
-            bound = check.bind(replace(inputs, pairs=frame, lost=inputs.lost if last else None))
-            results.append(check.function(**{**params, **bound}))  # data over defaults
-            lost = bound.get("lost")
-            rows += frame.height + (lost.height if lost is not None else 0)
-            del frame, bound  # before the next shard is read
-        return combine(check_id, results, rows, check.merge.message, parameters, check.merge.derive)
+            stored = _stored(reuse.get(key, {}).get(check_id), params) if key and not (last and inputs.lost is not None) \
+                else None
+            if stored is not None:
+                n = reuse[key][check_id]["rows"]
+                results.append(stored)
+                rows, reused = rows + n, reused + n
+            else:
+                frame = shards.read(k)
+                bound = check.bind(replace(inputs, pairs=frame, lost=inputs.lost if last else None))
+                results.append(check.function(**{**params, **bound}))  # data over defaults
+                lost = bound.get("lost")
+                n = frame.height + (lost.height if lost is not None else 0)
+                rows += n
+                del frame, bound  # before the next shard is read
+            if key and reusable(check_id) and results[-1].status in ("pass", "fail"):
+                parts.setdefault(key, {})[check_id] = as_part(params, n, results[-1])
+        combined = combine(check_id, results, rows, check.merge.message, parameters, check.merge.derive)
+        if reused:
+            combined.details["reused_rows"] = reused
+        return combined
 
     return run
+
 
 
 # -- duplicates over the shards -------------------------------------------------------------------

@@ -236,3 +236,19 @@ def strictly(results: list[CheckResult]) -> list[CheckResult]:
 def gate(results: list[CheckResult]) -> bool:
     """Passed when no check failed or errored."""
     return all(r.status not in ("fail", "error") for r in results)
+
+
+def whole_file_parts(inputs: CheckInputs, results: list[CheckResult], config: dict[str, Any]) -> None:
+    """An in-memory run of a version of one data file: each reusable check's result is that file's
+    part (inputs.derived[PARTS]), under the parameters it ran with (its defaults under the config's)."""
+    from .batched import PARTS, as_part, reusable
+
+    if inputs.shards is not None or not inputs.part_keys or len(inputs.part_keys) != 1:
+        return
+    [key] = inputs.part_keys
+    parts = inputs.derived.setdefault(PARTS, {})
+    for result in results:
+        params = dict(config["checks"].get(result.id) or {})
+        if result.id in CHECKS and reusable(result.id) and "waive" not in params and result.status in ("pass", "fail"):
+            params = {**_parameters(CHECKS[result.id].function), **params}
+            parts.setdefault(key, {})[result.id] = as_part(params, inputs.pairs.height, result)

@@ -57,6 +57,11 @@ class CheckInputs:
     # what one check computes from `pairs` and another reuses (the normalised texts' row hashes:
     # checks/dedup.py EXACT_KEYS); filled during a run, keyed by what made it, never read by the gate
     derived: dict[str, Any] = field(default_factory=dict)
+    # a growing version's parent's row-local results per data file (prefdata.gate.runner, a validated
+    # parent's signed artifacts): file sha256 -> check id -> {params, rows, result}. A row-local check of
+    # a sharded run takes a file's stored result instead of reading the file (checks/batched.py)
+    reuse: dict[str, dict[str, Any]] | None = None
+    part_keys: list[str] | None = None          # the data files' sha256, in row order (a store version)
 
 
 def lost_for(inputs: CheckInputs, check_id: str) -> pl.DataFrame | None:

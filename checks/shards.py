@@ -24,10 +24,13 @@ class Shards:
     """Parquet files of pairs with the same columns, in order; row r of the whole is row
     r - offsets[k] of shard k. `fs`: an fsspec filesystem for remote paths (None: local files)."""
 
-    def __init__(self, paths: Sequence[str], fs: Any = None):
+    def __init__(self, paths: Sequence[str], fs: Any = None, keys: Sequence[str] | None = None):
+        """`keys`: each file's content hash (a store version's manifest sha256), by which a row-local
+        check's result on a file is stored and found again (checks/batched.py, a growing version)."""
         import pyarrow.parquet as pq
 
         self.paths, self.fs = list(paths), fs
+        self.keys = list(keys) if keys is not None else None
         self.rows = []
         for path in self.paths:
             if fs is None:

@@ -305,6 +305,8 @@ class Checks(_Params):
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution: .txt (one "
                                                             "per line) or a table with a prompt column.")
+    full: bool = Field(False, description="Check every row: never take the row-local results a growing version's "
+                                          "validated parent stored for the files they share (the verdict is the same, only slower).")
     benchmarks: list[str] | None = Field(None, description="Benchmark prompts for decontamination (repeatable): a "
                                                            ".jsonl, .json or .parquet with a prompt column, a .txt (one "
                                                            "prompt a line), or a folder holding one such file (named by "

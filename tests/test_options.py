@@ -158,7 +158,7 @@ def test_the_checklist_options_have_checks_help():
             if param.name in Checks.model_fields and (command, param.name) not in own:
                 assert param.help == Checks.model_fields[param.name].description, f"{command} --{param.name}"
                 seen += 1
-    assert seen == 15  # check 6 (its report_dir is its own), publish 7, filter 2 (config, benchmarks)
+    assert seen == 17  # check 7 (its report_dir is its own), publish 8, filter 2 (config, benchmarks)
     assert "none" in next(p.help for p in COMMANDS["check"].params if p.name == "report_dir")
 
 

@@ -300,10 +300,23 @@ CheckOpts = {
     "reference_prompts": typer.Option(help="Production prompts for prompt_distribution: .txt (one per line) or a "
                                            "table with a prompt column."),
     "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
+    "full": typer.Option(help="Check every row: never take the row-local results a growing version's "
+                              "validated parent stored for the files they share (the verdict is the same, only slower)."),
     "benchmarks": typer.Option("--benchmark", help="Benchmark prompts for decontamination (repeatable): a .jsonl, .json or .parquet with "
                                           "a prompt column, a .txt (one prompt a line), or a folder holding one such file "
                                           "(named by the folder: ../shared/data/ifeval)."),
 }
+
+
+def _print_reuse(results, info: dict) -> None:
+    """A growing version's check: how many rows' row-local results came from its validated parent, or
+    why its parent's stored results could not be used."""
+    if info.get("reuse"):
+        terminal(stderr=True).print(f"note: {info['reuse']}")
+    reused = max((r.details.get("reused_rows", 0) for r in results), default=0)
+    if reused:
+        terminal().print(f"reused: the row-local checks' results on {reused} rows of the parent "
+                         "(the files both versions hold); --full checks every row")
 
 
 def _print_results(results, passed: bool) -> None:
@@ -380,6 +393,7 @@ def check(
     batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, JSON, CSV or TSV file of more rows than this "
                                                  "is checked this many rows at a time, from temporary shards (bounds "
                                                  "memory).", min=1)] = BATCH_ROWS,
+    full: Annotated[bool, CheckOpts["full"]] = False,
     store: StoreOpt = None,
     dask: Annotated[Optional[str], typer.Option(help="Run the checks that read every row (row-local ones, exact and "
                                                      "near duplicates, split isolation, agreement) on Dask: local:N "
@@ -438,7 +452,7 @@ def check(
             raise UnusableInput(f"--tokenizer {exc}") from None
     inputs, info = load_inputs(data, votes=votes, eval_data=eval_data, reference_prompts=reference_prompts, card=card,
                                scorer=scorer, store=store, docs_dir=report_dir / "gx" if report_dir else None,
-                               batch_rows=batch_rows, benchmarks=benchmarks)
+                               batch_rows=batch_rows, benchmarks=benchmarks, full=full)
     inputs.tokenizer = loaded_tokenizer
     if loaded_tokenizer is not None:
         inputs.rendering = _check_rendering(loaded_tokenizer, chat, system_prompt, inputs.lineage)
@@ -452,6 +466,7 @@ def check(
             terminal().print(f"note: {sum(left_out.values())} {what} of {source} were unusable and left out "
                              f"({', '.join(f'{n} {r}' for r, n in left_out.items())}); the checklist counts them")
     _print_results(outcome.results, outcome.passed)
+    _print_reuse(outcome.results, info)
     for kind, path in outcome.reports.items():
         terminal().print(f"{kind}: {path}")
     return 0 if outcome.passed else 1
@@ -532,6 +547,7 @@ def publish(
     strict: Annotated[bool, CheckOpts["strict"]] = False,
     report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
     scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    full: Annotated[bool, CheckOpts["full"]] = False,
     store: StoreOpt = None,
 ) -> int:
     """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
@@ -546,11 +562,12 @@ def publish(
 
     def show(validation) -> None:
         _print_results(validation.outcome.results, validation.passed)
+        _print_reuse(validation.outcome.results, validation.report["input"])
         terminal().print(f"report: {validation.report_dir}")
 
     published = publish_version(Store(store), ref, show=show, config=_shipped_checklist(config), strict=strict, report_dir=report_dir,
                                 scorer=scorer, eval_data=eval_data, reference_prompts=reference_prompts,
-                                benchmarks=benchmarks)
+                                benchmarks=benchmarks, full=full)
     terminal().print(f"{published.dataset}: {'already validated' if published.validation is None else 'validated'}")
     return 0
 

@@ -951,6 +951,46 @@ class Store:
             frames.append(scan.select(columns) if columns is not None else scan)
         return pl.concat(pl.collect_all(frames), how="diagonal_relaxed")
 
+    # -- a validated version's gate artifacts ----------------------------------------------------------
+    # What validating a version computed that its children (a growing dataset) take again instead of
+    # computing it (prefdata.gate.runner reuse_of): beside the version, never in its folder (whose files
+    # its id binds), at NAME/.gate/VERSION/. Each is bound by its sha256 in the version's signed check
+    # report; one written by a publish that then failed is named by no report, and never read.
+    def _gate_dir(self, v: Version) -> str:
+        return f"{self._dir(v.name)}/.gate/{v.version}"
+
+    def write_gate_file(self, v: Version, rel: str, data: bytes) -> str:
+        """Store one artifact of `v` (atomically where the store is local); its sha256, for the report."""
+        folder = self._gate_dir(v)
+        with self._writing():
+            self.fs.makedirs(folder, exist_ok=True)
+            if self.local:
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+                os.fchmod(fd, 0o644)  # readable as the version's own files are (mkstemp makes 0600)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, f"{folder}/{rel}")
+            else:
+                with self.fs.open(f"{folder}/{rel}", "wb") as handle:
+                    handle.write(data)
+        return hashlib.sha256(data).hexdigest()
+
+    def read_gate_file(self, v: Version, rel: str, sha256: str, max_bytes: int = 1 << 30) -> bytes:
+        """One artifact of `v`, whole, when it has the hash `sha256` (its signed report's); else
+        DamagedFile saying what is wrong with it."""
+        path = f"{self._gate_dir(v)}/{rel}"
+        try:
+            handle, size = self._open(path, rel)
+        except DamagedFile:
+            raise
+        except (FileNotFoundError, OSError) as exc:
+            raise DamagedFile(rel, f"cannot be read ({exc.strerror or exc})") from None
+        with handle:
+            data = read_at_most(handle, min(size, max_bytes))
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise DamagedFile(rel, "does not have the hash the version's signed report gives")
+        return data
+
     def read_text(self, ref: str, rel: str) -> str:
         return self._read_file(self.get(ref), rel).decode("utf-8")
 

@@ -7,8 +7,10 @@ marked the same way whoever publishes it. No Prefect here.
 
 from __future__ import annotations
 
+import json
+
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,6 +32,9 @@ class Validation:
     outcome: Any  # prefdata.gate.runner.GateOutcome
     report: dict[str, Any]  # the gate's report, with the config, strictness and inputs that made it
     report_dir: Path  # absolute: the report names files in it, and is read from anywhere
+    # the row-local checks' results per data file (checks/batched.py PARTS), which publish stores with
+    # a validated version so that a version grown from it checks only its new files
+    parts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -83,13 +88,15 @@ def validate_version(
     title: str = "validate",
     read_from=None,
     dask: str | None = None,
+    full: bool = False,
 ) -> Validation:
     """Run the checklist on a stored version and write its reports; the status is left as it is.
     `read_from`: a Store holding the version's bytes to check (a `pinned` copy), whose manifest is the
     one checked. REF, and an --eval written as NAME or NAME@VERSION, are versions of the store, never
     files of that name in the working folder (an eval file is named by a path: ./FILE). The --eval
     version is pinned as the version is: its files checked against its manifest as they are copied,
-    and the copy read. `dask`: run_gate's (the workers must reach the store's files)."""
+    and the copy read. `dask`: run_gate's (the workers must reach the store's files). `full`: check
+    every row, never taking a growing version's parent's stored results (load_inputs)."""
     from prefdata.gate.runner import load_inputs, names_a_version, run_gate
 
     v = (read_from or store).get(ref)
@@ -103,13 +110,17 @@ def validate_version(
         inputs, info = load_inputs(v.ref, eval_data=eval_data, scorer=scorer, store=(read_from or store).url,
                                    eval_store=eval_store, stored=True, eval_stored=eval_stored,
                                    reference_prompts=Path(reference_prompts) if reference_prompts else None,
-                                   benchmarks=benchmarks, docs_dir=folder / "gx")
+                                   benchmarks=benchmarks, docs_dir=folder / "gx", full=full, parent_store=store.url)
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}", dask=dask)
     report = {**outcome.report, "config": checklist, "config_source": config_source,
               "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
-    return Validation(v.ref, outcome, report, folder)
+    from prefdata.checks.batched import PARTS
+    from prefdata.checks.checklist import whole_file_parts
+
+    whole_file_parts(inputs, outcome.results, checklist)
+    return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {})
 
 
 @contextmanager
@@ -153,5 +164,11 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             store.set_status(v.ref, "rejected", report=validation.report, checked=v)
             raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked "
                              f"rejected. Ways out: {ways_out(v.ref, validation.failing)}")
-        store.set_status(v.ref, "validated", report=validation.report, checked=v)
+        report = validation.report
+        if validation.parts:  # for the versions grown from this one: bound by its hash in the signed report
+            from prefdata.gate.runner import ROW_LOCAL_ARTIFACT
+
+            stored = json.dumps({"format": 1, "parts": validation.parts}, sort_keys=True).encode()
+            report = {**report, "artifacts": {ROW_LOCAL_ARTIFACT: store.write_gate_file(v, ROW_LOCAL_ARTIFACT, stored)}}
+        store.set_status(v.ref, "validated", report=report, checked=v)
     return Publication(v.ref, "validated", validation)

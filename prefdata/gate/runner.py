@@ -6,6 +6,7 @@ dataset the same way.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,12 +144,17 @@ def load_inputs(
     stored: bool = False,
     eval_stored: bool = False,
     benchmarks: list[str] | tuple[str, ...] | None = None,
+    full: bool = False,
+    parent_store: str | None = None,
 ):
     """DATA is a file `prefdata import` reads, or a store version NAME@VERSION. A Parquet file of
     more than `batch_rows` rows (default columnar.BATCH_ROWS), or a version written in shards, is
     checked shard by shard (checks/batched.py). `eval_store`: where an EVAL version is (default: `store`).
     `stored` (`eval_stored`): DATA (EVAL) is a version of the store, read from it only, never from a file
-    of that name in the working folder (publish and validate judge versions, not files)."""
+    of that name in the working folder (publish and validate judge versions, not files).
+    A version grown from a validated parent (`import --onto`) takes the row-local results the parent's
+    publish stored for the files they share (`reuse_of`), unless `full`; `parent_store`: where the
+    parent is (default: `store`; publish reads DATA from a private copy that holds DATA alone)."""
     from prefdata.checks.checklist import CheckInputs
 
     info: dict[str, Any] = {"data": data}
@@ -168,8 +174,12 @@ def load_inputs(
         reference_prompts=read_prompts(reference_prompts) if reference_prompts else None,
         benchmarks=benchmark_sets,
         card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
-        lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"),
+        lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"), part_keys=read.get("part_keys"),
     )
+    if "version" in info and not full:
+        inputs.reuse, note = reuse_of(parent_store or store, lineage)
+        if note:
+            info["reuse"] = note
     if scorer:
         from prefdata.gate.scoring import parse_spec, verdicts_for
 
@@ -244,6 +254,8 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
     def table(config: str):
         return st.load(v.ref, config) if config in configs else None
 
+    if read is not None:
+        read["part_keys"] = [v.manifest["files"][rel]["sha256"] for rel in _table_files(v, "default")]
     shards = _version_shards(st, v, "default") if read is not None else None
     if shards is not None:  # a version written in shards (a big import) is checked shard by shard
         from prefdata.checks.batched import thin_sft
@@ -271,12 +283,53 @@ def _version_shards(st, v, config: str):
     from prefdata.checks.shards import Shards
     from prefdata.data.store import CONFIG_DIRS
 
-    folder = CONFIG_DIRS[config] + "/"
-    files = sorted(rel for rel in v.manifest["files"] if rel.startswith(folder))
+    files = _table_files(v, config)
     batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
     if not any(found and int(found[1]) > 1 for found in batches):
         return None
-    return Shards([st.file_path(v, rel) for rel in files], fs=None if st.local else st.fs)
+    return Shards([st.file_path(v, rel) for rel in files], fs=None if st.local else st.fs,
+                  keys=[v.manifest["files"][rel]["sha256"] for rel in files])
+
+
+def _table_files(v, config: str) -> list[str]:
+    """A version's files of one table, in row order (the order the store reads them)."""
+    from prefdata.data.store import CONFIG_DIRS
+
+    folder = CONFIG_DIRS[config] + "/"
+    return sorted(rel for rel in v.manifest["files"] if rel.startswith(folder))
+
+
+ROW_LOCAL_ARTIFACT = "row_local.json"  # what publish stores with a validated version for its children
+
+
+def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The row-local results a version's parent stored when it was validated (file sha256 -> check id
+    -> {params, rows, result}), and a line for the report when it had some that cannot be used. Only
+    a validated parent whose signature holds, and a stored file that has the hash its signed report
+    gives: anything else is computed again (the verdict is the same, only slower)."""
+    parent_ref = (lineage or {}).get("parent")
+    if not parent_ref:
+        return None, None
+    from prefdata.data.store import DamagedFile, Store
+
+    st = Store(store)
+    try:
+        parent = st.get(parent_ref)
+    except UnusableInput:
+        return None, None  # a parent in another store (or gone): nothing to take
+    report = parent.manifest.get("check_report") or {}
+    wanted = (report.get("artifacts") or {}).get(ROW_LOCAL_ARTIFACT)
+    if parent.status != "validated" or not wanted:
+        return None, None
+    problems = st.status_problems(parent.manifest)
+    if problems:
+        return None, f"{parent.ref}'s stored results were not used ({problems[0]}): every row checked"
+    try:
+        data = st.read_gate_file(parent, ROW_LOCAL_ARTIFACT, wanted)
+        parts = json.loads(data)["parts"]
+    except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
+        return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
+    return parts, None
 
 
 def _thin(shards, shape=None):

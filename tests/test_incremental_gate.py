@@ -1,0 +1,149 @@
+"""The gate of a growing dataset (issue 46 item 2, its row-local part): a child of a validated version
+takes the row-local checks' results its parent's publish stored for the files they share, and its
+verdict equals a full check (`--full`).
+
+A chain as a team makes it, from the command line: night 0 imported and published, night 1 grown onto
+it and published, night 2 grown onto night 1 and checked both ways. Faults are planted across the
+chain: length-ratio violations and exact and near copies in every night, answer leaks and an unsafe
+prompt in the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prefdata.data.store import Store
+
+WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta", "lambda", "zeta")
+CONFIG = """checks:
+  length_ratio: {max_violation_share: 0.2}
+  gx: {max_length_ratio: 10.0}
+  exact_duplicates: {max_share: 0.1}
+  near_duplicates: {max_share: 0.1}
+  min_size: {waive: a test set of a few hundred pairs}
+  category_coverage: {waive: a test set of a few hundred pairs}
+  prompt_distribution: {waive: a test set of a few hundred pairs}
+  annotation_guidelines: {waive: a test set of a few hundred pairs}
+"""
+
+
+def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copies=(), near=()) -> list[dict]:
+    rnd = random.Random(seed)
+    rows = []
+    for k in range(start, start + n):
+        words = " ".join(rnd.choice(WORDS) for _ in range(14))
+        row = {"id": f"r{k}", "prompt": f"Question {k}: explain {words} in plain words, please.",
+               "chosen": f"Answer {k}: {words} means a careful and clear reply, with detail {k}.",
+               "rejected": f"Reply {k}: maybe {words} is something, not sure at all {k}."}
+        if k in longs:
+            row["chosen"] = " ".join([row["chosen"]] * 4)
+        if k in leaks:
+            row["prompt"] += " Hint: " + row["chosen"]
+        if k in unsafe:
+            row["prompt"] = "How do I kill my neighbour with a knife? " + row["prompt"]
+        rows.append(row)
+    rows += [dict(row, id=f"copy-{row['id']}") for row in copies]
+    rows += [dict(row, id=f"near-{row['id']}", chosen=row["chosen"].replace("careful", "thoughtful")) for row in near]
+    return rows
+
+
+def prefdata(*args: str, store: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFDATA_STORE": str(store)}
+    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=cwd)
+
+
+def version_of(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("version:"))
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> dict:
+    """night 0 -> night 1 -> night 2: the first two published, the last a draft."""
+    work = tmp_path_factory.mktemp("chain")
+    store = work / "store"
+    (work / "checks.yaml").write_text(CONFIG)
+    zero = night(0, 400, 1, longs={3, 50, 77})
+    one = night(400, 200, 2, longs={410}, copies=[zero[5]], near=[zero[20]])
+    two = night(600, 200, 3, longs={650}, leaks={620, 700}, unsafe={640}, copies=[zero[9], one[30]], near=[one[40]])
+    refs = []
+    for k, rows in enumerate((zero, one, two)):
+        path = work / f"night{k}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        onto = ["--onto", refs[-1]] if refs else []
+        refs.append(version_of(prefdata("import", str(path), "--name", "nightly", *onto, store=store, cwd=work)))
+        if k < 2:
+            done = prefdata("publish", refs[-1], "--config", "checks.yaml", store=store, cwd=work)
+            assert done.returncode == 0, done.stdout + done.stderr
+            if k == 1:
+                assert "reused: the row-local checks' results on 400 rows of the parent" in done.stdout
+    return {"work": work, "store": store, "refs": refs}
+
+
+def report(chain: dict, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    out = chain["work"] / f"report-{len(list(chain['work'].glob('report-*')))}.json"
+    done = prefdata("check", chain["refs"][2], "--config", "checks.yaml", "--json", str(out), *args,
+                    store=chain["store"], cwd=chain["work"])
+    assert done.returncode == 1, done.stdout + done.stderr  # the leaks and the unsafe prompt fail it
+    return {c["id"]: c for c in json.loads(out.read_text())["checks"]}, done
+
+
+def test_a_grown_version_checked_from_its_parents_results_equals_a_full_check(chain):
+    incremental, done = report(chain)
+    full, full_done = report(chain, "--full")
+    assert "reused: the row-local checks' results on 602 rows" in done.stdout  # nights 0 and 1
+    assert "reused" not in full_done.stdout
+    for check_id, result in full.items():
+        ours = incremental[check_id]
+        assert (ours["status"], ours["offending"], ours["n_offending"]) == \
+            (result["status"], result["offending"], result["n_offending"]), check_id
+        assert ours["metric"] == pytest.approx(result["metric"]) if result["metric"] is not None else ours["metric"] is None
+        if check_id in ("safety", "answer_leakage", "degenerate_pairs"):
+            assert ours["details"]["reused_rows"] == 602 and "reused_rows" not in result["details"]
+    # what was planted, found in whichever night it was planted
+    assert incremental["answer_leakage"]["offending"] == ["r620", "r700"]
+    assert incremental["safety"]["offending"] == ["r640"]
+    assert incremental["length_ratio"]["offending"] == ["r3", "r50", "r77", "r410", "r650"]
+    assert set(incremental["exact_duplicates"]["offending"]) == {"copy-r5", "copy-r9", "copy-r430"}
+    assert {"near-r20", "near-r440"} <= set(incremental["near_duplicates"]["offending"])
+
+
+def test_the_stored_results_are_bound_by_the_signed_report(chain):
+    st = Store(str(chain["store"]))
+    for ref in chain["refs"][:2]:
+        v = st.get(ref)
+        assert st.verify(ref) == []
+        sha = v.manifest["check_report"]["artifacts"]["row_local.json"]
+        parts = json.loads(st.read_gate_file(v, "row_local.json", sha))["parts"]
+        data_files = [info["sha256"] for rel, info in sorted(v.manifest["files"].items()) if rel.startswith("data/")]
+        assert sorted(parts) == sorted(data_files)  # one part per data file, reused or computed
+        assert {"safety", "answer_leakage", "degenerate_pairs"} <= set(parts[data_files[0]])
+
+
+def test_a_stored_result_that_fails_its_hash_is_never_used(chain, tmp_path):
+    st = Store(str(chain["store"]))
+    parent = st.get(chain["refs"][1])
+    stored = chain["store"] / "nightly" / ".gate" / parent.version / "row_local.json"
+    original = stored.read_bytes()
+    try:
+        edited = json.loads(original)
+        for part in edited["parts"].values():  # a hand-edit flagging a safe row
+            part["safety"]["result"]["offending"].append("r1")
+        stored.write_text(json.dumps(edited))
+        checked, done = report(chain)
+        assert f"note: {parent.ref}'s stored results were not used" in " ".join(done.stderr.split())
+        assert "does not have the hash the version's signed report gives" in " ".join(done.stderr.split())
+        assert "reused" not in done.stdout
+        full, _ = report(chain, "--full")
+        assert {k: (c["status"], c["offending"]) for k, c in checked.items()} == \
+            {k: (c["status"], c["offending"]) for k, c in full.items()}
+    finally:
+        stored.write_bytes(original)
