@@ -1,0 +1,103 @@
+"""The gate of a grown version (issue 46 items 2-3): `check CHILD` (the row-local checks take the
+validated parent's stored results for its files) against `check CHILD --full` and against `check
+NIGHT`, the night imported as a version of its own.
+
+    .venv/bin/python bench/bench_incremental_gate.py --parent 1000000 --night 10000
+
+Data: `bench.realistic.make_realistic_pairs` (collections-shaped: several completions a prompt sharing
+their starts, canned replies, injected duplicates), the parent without its injected answer leaks so
+that it can be published under CONFIG (shares of duplicates and length violations it tolerates, the
+checks a made-up-word corpus cannot meet waived). The parent is imported and published once (timed,
+once); the night is grown onto it and imported alone; then the three checks run --runs times each,
+interleaved, each a CLI subprocess with its peak RSS. Figures only; the last line is their JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.bench_cli import _version, run  # noqa: E402
+
+CONFIG = """checks:
+  length_ratio: {max_violation_share: 0.3}
+  exact_duplicates: {max_share: 0.05}
+  near_duplicates: {max_share: 0.05}
+  gx: {max_length_ratio: 1000.0}
+  category_coverage: {waive: made-up words carry no topic the keyword tagger knows}
+  annotation_guidelines: {waive: a benchmark corpus without a card}
+"""
+
+MAKE = """
+import sys
+import polars as pl
+from bench.realistic import make_realistic_pairs
+parent_file, night_file, n, night = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+parent, truth = make_realistic_pairs(n, seed=0)
+parent.filter(~pl.col("id").is_in(truth["answer_leakage"])).write_parquet(parent_file)
+fresh, _ = make_realistic_pairs(night, seed=1)
+fresh.with_columns(pl.col("id").str.replace("^u", "n")).write_parquet(night_file)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parent", type=int, default=1_000_000)
+    parser.add_argument("--night", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-incremental-"))
+    work.mkdir(parents=True, exist_ok=True)
+    parent_file, night_file, config = work / "parent.parquet", work / "night.parquet", work / "checks.yaml"
+    config.write_text(CONFIG)
+    subprocess.run([sys.executable, "-c", MAKE, str(parent_file), str(night_file), str(args.parent), str(args.night)],
+                   check=True, cwd=REPO)
+    env = {**os.environ, "PREFDATA_STORE": str(work / "store"), "HF_HUB_OFFLINE": "1"}
+    prefdata = [sys.executable, "-m", "prefdata"]
+
+    def step(*argv: str, ok: tuple[int, ...] = (0,)) -> dict:
+        done = run([*prefdata, *argv], env, work)
+        if done["rc"] not in ok:
+            raise SystemExit(f"{' '.join(argv)}: exit {done['rc']}\n{done['stdout'][-3000:]}{done['stderr'][-2000:]}")
+        return done
+
+    parent = _version(step("import", str(parent_file), "--name", "big")["stdout"])
+    published = step("publish", parent, "--config", str(config))
+    print(f"parent {parent}: published in {published['seconds']} s, peak {published['peak_rss_mb']} MB", flush=True)
+    child = _version(step("import", str(night_file), "--name", "big", "--onto", parent)["stdout"])
+    night = _version(step("import", str(night_file), "--name", "night")["stdout"])
+
+    kinds = {"child": (child,), "child_full": (child, "--full"), "night": (night,)}
+    timings: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    for k in range(args.runs):
+        for kind, argv in kinds.items():
+            done = step("check", *argv, "--config", str(config), ok=(0, 1))
+            assert kind != "child" or "reused:" in done["stdout"], done["stdout"][-2000:]
+            timings[kind].append(done)
+            print(f"  {kind:10s} run {k}: {done['seconds']} s, peak {done['peak_rss_mb']} MB", flush=True)
+    figures: dict = {"parent_pairs": args.parent, "night_pairs": args.night,
+                     "parent_publish_seconds": published["seconds"]}
+    for kind in kinds:
+        figures[f"check_{kind}_seconds_median"] = statistics.median(t["seconds"] for t in timings[kind])
+        figures[f"check_{kind}_peak_rss_mb_max"] = max(t["peak_rss_mb"] for t in timings[kind])
+    figures["child_over_night"] = round(figures["check_child_seconds_median"] / figures["check_night_seconds_median"], 2)
+    figures["child_over_full"] = round(figures["check_child_seconds_median"] / figures["check_child_full_seconds_median"], 2)
+    for key, value in figures.items():
+        print(f"{key:36s} {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
