@@ -5,8 +5,9 @@
     .venv/bin/python bench/bench_cli.py --sizes 1000000 --formats parquet,jsonl,jsonl.gz
 
 For each size, `bench/realistic.py` writes UltraFeedback-binarized-shaped pairs (4 completions per
-prompt, shared chosen replies, canned refusals, injected faults with known ids) to Parquet once,
-and the same rows to JSON Lines (gzipped, zstd or not), CSV or TSV for the other --formats (cached
+prompt, shared chosen replies, canned refusals, injected faults with known ids; by default shaped
+like real collections: sibling completions that start alike, canned replies as chosen too;
+`--shape plain` for the earlier shape) to Parquet once, and the same rows to JSON Lines (gzipped, zstd or not), CSV or TSV for the other --formats (cached
 in --data-dir; writing is not timed). Then, per format, each in a fresh process, in this order:
 
     read: polars     polars reads the same file: read_parquet, read_ndjson (of the decompressed
@@ -25,7 +26,8 @@ the reads' own time is measured inside their process, so the ratio "x polars" (c
 read) is the strict one. Peak RSS is the child's ru_maxrss from os.wait4 (that process alone).
 Recall and false positives of the injected exact and near duplicates come from the check's complete
 offending lists (D/offending/<check>.txt). Figures only, no assertions. The store is a fresh
-temporary folder (PREFDATA_STORE) per size.
+temporary folder (PREFDATA_STORE) per size. `--steps import,check` leaves out filter and publish;
+`--keep-reports DIR` keeps check FILE's JSON report and offending lists (to compare two runs' verdicts).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ if str(REPO) not in sys.path:
 PREFDATA = str(Path(sys.executable).parent / "prefdata")
 ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
        "DO_NOT_TRACK": "1", "HF_DATASETS_OFFLINE": "1"}
+STEPS = ("import", "check", "filter", "publish")
 READ = {
     "parquet": {
         "polars": "import polars as pl, sys, time; t = time.perf_counter(); f = pl.read_parquet(sys.argv[1]); "
@@ -132,13 +135,16 @@ def _warm(path: Path) -> None:
             pass
 
 
-def one_size(n: int, data_dir: Path, seed: int, fmt: str = "parquet", reads: bool = True) -> dict:
-    parquet = data_dir / f"realistic-{n}-{seed}.parquet"
+def one_size(n: int, data_dir: Path, seed: int, fmt: str = "parquet", reads: bool = True,
+             shape: str = "collections", steps: tuple[str, ...] = STEPS, keep_reports: Path | None = None) -> dict:
+    # the plain shape keeps the file names of the runs before the collections shape
+    parquet = data_dir / (f"realistic-{n}-{seed}.parquet" if shape == "plain" else f"realistic-{n}-{seed}-{shape}.parquet")
     truth_path = parquet.with_suffix(".truth.json")
     if not parquet.exists() or not truth_path.exists():
         # in a child: a forked child's ru_maxrss starts from the parent's RSS, so this process
         # must stay small for the commands' peak RSS to be their own
-        subprocess.run([sys.executable, "-m", "bench.realistic", str(parquet), "--n", str(n), "--seed", str(seed)],
+        subprocess.run([sys.executable, "-m", "bench.realistic", str(parquet), "--n", str(n), "--seed", str(seed),
+                        "--shape", shape],
                        check=True, cwd=REPO, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL)
     path = parquet.with_suffix(f".{fmt}")
     if not path.exists():
@@ -166,10 +172,17 @@ def one_size(n: int, data_dir: Path, seed: int, fmt: str = "parquet", reads: boo
         rows["check FILE"] = run([PREFDATA, "check", str(path), "--json", str(tmp / "report.json"),
                                   "--report-dir", str(report_dir)], env, tmp)
         yardsticks()
-        rows["filter"] = run([PREFDATA, "filter", version], env, tmp)
-        filtered = _version(rows["filter"]["stdout"])
-        rows["publish"] = run([PREFDATA, "publish", filtered], env, tmp)
+        if "filter" in steps:
+            rows["filter"] = run([PREFDATA, "filter", version], env, tmp)
+            filtered = _version(rows["filter"]["stdout"])
+            rows["publish"] = run([PREFDATA, "publish", filtered], env, tmp)
         yardsticks()
+        if keep_reports is not None:  # the check's JSON report and offending lists, to compare runs
+            import shutil
+
+            keep_reports.mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp / "report.json", keep_reports / f"report-{n}-{fmt}.json")
+            shutil.copytree(report_dir / "offending", keep_reports / f"offending-{n}-{fmt}", dirs_exist_ok=True)
         for name, each in reads_each.items():  # the median of the three, each read's seconds kept
             middle = sorted(each, key=lambda r: r["seconds_in_process"])[len(each) // 2]
             rows = {name: {**middle, "seconds_each": [r["seconds_in_process"] for r in each]}, **rows}
@@ -197,14 +210,14 @@ def one_size(n: int, data_dir: Path, seed: int, fmt: str = "parquet", reads: boo
         tail = (r.pop("stdout") + r.pop("stderr")).strip().splitlines()
         if r["rc"] not in (0, 1):
             r["error"] = "\n".join(tail[-5:])
-    return {"n": n, "seed": seed, "format": fmt, "file_mb": round(path.stat().st_size / 2**20), "steps": rows,
+    return {"n": n, "seed": seed, "shape": shape, "format": fmt, "file_mb": round(path.stat().st_size / 2**20), "steps": rows,
             "duplicates": quality}
 
 
 def table(runs: list[dict]) -> str:
     lines = []
     for r in runs:
-        lines.append(f"\n{r['n']:,} pairs ({r['file_mb']} MB {r.get('format', 'parquet')})")
+        lines.append(f"\n{r['n']:,} pairs ({r['file_mb']} MB {r.get('format', 'parquet')}, {r.get('shape', 'plain')} shape)")
         lines.append(f"{'step':16}{'seconds':>10}{'x polars':>10}{'peak RSS':>12}{'rc':>4}")
         for name, s in r["steps"].items():
             seconds = s.get("seconds_in_process", s["seconds"])
@@ -233,8 +246,15 @@ def main() -> None:
     parser.add_argument("--no-reads", action="store_true",
                         help="Skip the yardstick reads: a whole-file read needs more memory than the commands at "
                              "10M pairs (13.5 GB for Parquet; about 28 GB for JSON Lines, text and frame).")
+    parser.add_argument("--shape", choices=("collections", "plain"), default="collections",
+                        help="bench/realistic.py's shape: collections (shared starts, canned replies as chosen too; "
+                             "the default) or plain (the shape of the runs up to 2026-12-06)")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help="import,check (always) and filter (with publish): which commands to time")
+    parser.add_argument("--keep-reports", type=Path, help="Copy check FILE's JSON report and offending lists here.")
     args = parser.parse_args()
-    runs = [one_size(int(n), args.data_dir, args.seed, fmt, not args.no_reads)
+    steps = tuple(args.steps.split(","))
+    runs = [one_size(int(n), args.data_dir, args.seed, fmt, not args.no_reads, args.shape, steps, args.keep_reports)
             for n in args.sizes.split(",") for fmt in args.formats.split(",")]
     print(table(runs))
     if args.json:

@@ -40,7 +40,8 @@ preference pairs. The pipeline (checks/dedup.py describes step 1, exact copies):
    verified again when it meets in another band. `n_lsh_candidates`, `n_screened_out` and
    `n_candidate_pairs` (exact verifications) in the result's details count this work. The pairs
    that pass are screened again, the same way, on a longer second signature made only for their
-   texts (`_fine_screen`, 256 values): sibling pairs at Jaccard 0.6-0.7 mostly stop there.
+   texts (`_fine_screen`, 256 values, and up to 1,024 where both texts are long enough to fill
+   them: FINE_LEVELS): sibling pairs at Jaccard 0.6-0.7 mostly stop there.
 6. Clusters: verified pairs are unioned (vectorised union-find, roots = smallest index), i.e.
    clusters are connected components; each cluster's first row (in frame order) is kept, every
    later member is offending.
@@ -93,7 +94,16 @@ SCREEN_MIN_BYTES_PER_VALUE = 2
 # bytes per value (517 bytes); shorter ones go to exact verification as before.
 FINE_NUM_PERM = 256
 FINE_SEED = 104_729
-FINE_MAX_PROBES = 256  # densification probes (a table of FINE_MAX_PROBES x FINE_NUM_PERM)
+FINE_MAX_PROBES = 256  # densification probes (a table of FINE_MAX_PROBES x values)
+# Longer texts are screened on more values of the same second signature (one hash per shingle
+# whatever the count, bins by the hash's top bits): a pair whose two texts both have
+# SCREEN_MIN_BYTES_PER_VALUE bytes per value of a longer level (and fill FINE_MIN_FILLED of its bins)
+# is screened there, at the same SCREEN_SIGMAS: at 384 values (texts of 773 bytes or more) the cut
+# moves to ~0.68, at 512 (1,029 bytes) to ~0.69, at 768 to ~0.71, at 1,024 (2,053 bytes) to ~0.73, and
+# a pair at the threshold is still lost with probability < 1e-9. Sampled replies that start alike make
+# sibling pairs at Jaccard 0.6-0.72 (bench/realistic.py's collections shape): at 300k of its pairs the
+# exact verifications went 39,202 -> 18,418 with these levels, the same pairs found.
+FINE_LEVELS = (1024, 768, 512, 384, FINE_NUM_PERM)
 # ...and where each text's own shingles fill at least this share of the bins: a text that repeats
 # itself has few distinct shingles however long it is, and its borrowed values are not independent.
 FINE_MIN_FILLED = 0.8
@@ -354,38 +364,51 @@ def _verify_mask(
 
 
 @functools.cache
-def _fine_densifier() -> _Densifier:
-    return _Densifier(FINE_NUM_PERM, FINE_SEED, FINE_MAX_PROBES)
+def _fine_densifier(num_perm: int = FINE_NUM_PERM) -> _Densifier:
+    return _Densifier(num_perm, FINE_SEED, FINE_MAX_PROBES)
 
 
 def _fine_screen(texts: pl.Series, a: np.ndarray, b: np.ndarray, ngram: int, threshold: float) -> np.ndarray:
-    """Per pair (texts[a], texts[b]): does it pass the fine screen (FINE_NUM_PERM)? Pairs with a text
-    too short to screen on (or too repetitive: FINE_MIN_FILLED) pass. The second signatures are made
-    for the texts of pairs screened only."""
+    """Per pair (texts[a], texts[b]): does it pass the fine screen? Each pair is screened on the
+    longest level of FINE_LEVELS that both its texts are long enough for and fill (FINE_MIN_FILLED);
+    pairs with a text too short to screen on at FINE_NUM_PERM values (or too repetitive) pass. The
+    second signatures are made for the texts of pairs screened only, at the levels they are tried at."""
     lengths = texts.str.len_bytes().cast(pl.Int64).to_numpy()
-    screenable = lengths >= SCREEN_MIN_BYTES_PER_VALUE * FINE_NUM_PERM + ngram
-    both = screenable[a] & screenable[b]
-    if not both.any():
-        return np.ones(a.size, dtype=bool)
-    signed = np.unique(np.concatenate([a[both], b[both]]))
-    data, offsets = _texts_buffer(texts.gather(signed))
-    sketch = np.empty((signed.size, FINE_NUM_PERM), dtype=np.uint8)
-    filled = np.empty(signed.size)  # the share of bins each text's own shingles fill
+    shorter = np.minimum(lengths[a], lengths[b])
+    keep = np.ones(a.size, dtype=bool)
+    open_ = np.ones(a.size, dtype=bool)  # not screened yet
+    for level in FINE_LEVELS:
+        at = np.flatnonzero(open_ & (shorter >= SCREEN_MIN_BYTES_PER_VALUE * level + ngram))
+        if at.size == 0:
+            continue
+        signed = np.unique(np.concatenate([a[at], b[at]]))
+        sketch, filled = _fine_sketch(texts.gather(signed), ngram, level)
+        sa, sb = np.searchsorted(signed, a[at]), np.searchsorted(signed, b[at])
+        fills = filled[sa] & filled[sb]  # the others are tried at the next (shorter) level
+        done = at[fills]
+        keep[done] = _Screen(sketch, np.ones(signed.size, dtype=bool), threshold)(sa[fills], sb[fills])
+        open_[done] = False
+    return keep
+
+
+def _fine_sketch(texts: pl.Series, ngram: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """The low 8 bits of each text's `num_perm`-value second signature (FINE_SEED), and whether the
+    text's own shingles fill FINE_MIN_FILLED of its bins."""
+    data, offsets = _texts_buffer(texts)
+    sketch = np.empty((len(texts), num_perm), dtype=np.uint8)
+    filled = np.empty(len(texts))  # the share of bins each text's own shingles fill
 
     def densify(sig: np.ndarray, d0: int) -> np.ndarray:
         filled[d0 : d0 + sig.shape[0]] = (sig != _EMPTY).mean(axis=1)
-        return _fine_densifier()(sig)
+        return _fine_densifier(num_perm)(sig)
 
-    bounds = _chunk_bounds(offsets)
+    bounds = _chunk_bounds(offsets, max(1, CHUNK_TEXTS * FINE_NUM_PERM // num_perm))
+
     for d0, d1 in zip(bounds[:-1], bounds[1:]):
-        sig = _signature_chunk(data, offsets, d0, d1, ngram, FINE_NUM_PERM, FINE_SEED,
+        sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, FINE_SEED,
                                functools.partial(densify, d0=d0))
         sketch[d0:d1] = sig.astype(np.uint8)  # the low 8 bits, as _Screen reads them
-    keep = np.ones(a.size, dtype=bool)
-    at = np.flatnonzero(both)
-    screen = _Screen(sketch, filled >= FINE_MIN_FILLED, threshold)
-    keep[at] = screen(np.searchsorted(signed, a[at]), np.searchsorted(signed, b[at]))
-    return keep
+    return sketch, filled >= FINE_MIN_FILLED
 
 
 def _jaccard_reaches(
@@ -553,14 +576,14 @@ def _lsh_split(
     return bands, rows
 
 
-def _chunk_bounds(offsets: np.ndarray) -> list[int]:
-    """Text boundaries of hashing chunks of at most CHUNK_BYTES bytes (or one text) and CHUNK_TEXTS texts."""
+def _chunk_bounds(offsets: np.ndarray, max_texts: int = CHUNK_TEXTS) -> list[int]:
+    """Text boundaries of hashing chunks of at most CHUNK_BYTES bytes (or one text) and `max_texts` texts."""
     m = offsets.size - 1
     bounds = [0]
     while bounds[-1] < m:
         d0 = bounds[-1]
         d1 = int(np.searchsorted(offsets, offsets[d0] + CHUNK_BYTES, side="right")) - 1
-        bounds.append(min(max(d1, d0 + 1), d0 + CHUNK_TEXTS, m))
+        bounds.append(min(max(d1, d0 + 1), d0 + max_texts, m))
     return bounds
 
 

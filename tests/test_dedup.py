@@ -455,6 +455,28 @@ def test_realistic_generator_is_deterministic_and_its_truth_is_what_the_checks_f
     assert len(truth["refusal_rows"]) > 200 and pairs["chosen"].n_unique() <= pairs.height // 3 + len(injected) + 60
 
 
+def test_realistic_generator_shapes_pairs_like_real_collections():
+    """The default shape: the replies sampled for one prompt start alike and canned replies are reused,
+    also as the chosen reply; shape="plain" is the earlier generator (no shared starts)."""
+    from bench.realistic import CANNED, make_realistic_pairs
+
+    pairs, truth = make_realistic_pairs(6000, seed=4)
+    plain, plain_truth = make_realistic_pairs(6000, seed=4, shape="plain")
+    clean = pairs.height // 10  # no fault before this row: the same prompts, other replies
+    assert pairs["id"].equals(plain["id"]) and pairs["prompt"].head(clean).equals(plain["prompt"].head(clean))
+    assert {k: v for k, v in truth.items() if k.endswith("duplicates")} == \
+        {k: v for k, v in plain_truth.items() if k.endswith("duplicates")}
+
+    def shared_start(frame):  # characters chosen and rejected have in common at the start, over the shorter
+        c, r = frame["chosen"].to_list(), frame["rejected"].to_list()
+        return np.array([len(os.path.commonprefix([a, b])) / max(1, min(len(a), len(b))) for a, b in zip(c, r)])
+
+    assert np.median(shared_start(pairs)) > 0.2 and np.median(shared_start(plain)) < 0.01
+    canned = pairs.filter(pl.col("id").is_in(truth["canned_chosen_rows"]))
+    assert canned.height > 50 and canned["chosen"].is_in(list(CANNED)).all()
+    assert pairs["rejected"].is_in(list(CANNED)).sum() >= len(truth["refusal_rows"])
+
+
 def test_exact_duplicates_reuse_the_hashes_near_duplicates_made(synthetic, monkeypatch):
     """The checklist shares one normalisation pass: check_near_duplicates (scope pair) leaves the
     exact check's row hashes in `derived`, and check_exact_duplicates uses them instead of

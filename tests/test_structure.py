@@ -263,6 +263,32 @@ def test_identical_after_normalisation_agrees_with_python_on_random_text():
     assert identical_after_normalisation(pairs).to_list() == expected
 
 
+def test_identical_after_normalisation_of_replies_that_start_alike():
+    """Replies that share a long start (sampled from one model) pass the cheap prefixes: plain ASCII
+    pairs are compared lower-cased, the others normalised; each equals Python's normaliser."""
+    rng = random.Random(11)
+    stem = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 8))) for _ in range(60))
+    tails = ["end of it", "End Of It", "end  of it", "end of it ", " end of it", "end of it\n", "end of\tit",
+             "ＥＮＤ of it", "end ofit", "end of its", "", "e\u0301nd of it", "énd of it", "end of it\u200b",
+             "END OF IT!", "end of it!", "~end of it", "\x1fend of it"]
+    chosen, rejected = [], []
+    for _ in range(2000):
+        chosen.append(rng.choice([stem, stem.upper(), stem + " "]) + rng.choice([" ", "  ", ""]) + rng.choice(tails))
+        rejected.append(rng.choice([stem, stem.upper()]) + rng.choice([" ", "  ", ""]) + rng.choice(tails))
+    chosen += [None, "", "a b", None]
+    rejected += [None, None, "A B", "x"]
+    pairs = pl.DataFrame({"chosen": chosen, "rejected": rejected}, schema={"chosen": pl.String, "rejected": pl.String})
+    expected = [normalise_text(c or "") == normalise_text(r or "") for c, r in zip(chosen, rejected)]
+    assert 100 < sum(expected) < 1900
+    assert identical_after_normalisation(pairs).to_list() == expected
+    from prefdata.data.records import normalise_expr
+
+    case_kept = pairs.select(normalise_expr("chosen", fold_case=False)
+                             == normalise_expr("rejected", fold_case=False)).to_series().to_list()
+    assert 0 < sum(case_kept) < sum(expected)
+    assert identical_after_normalisation(pairs, fold_case=False).to_list() == case_kept
+
+
 def test_degenerate_on_hh_flags_the_empty_chosen_rows(hh):
     pairs = hh.pairs
     expected = [r["id"] for r in pairs.iter_rows(named=True)
