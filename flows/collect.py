@@ -387,7 +387,7 @@ def load_prompts(spec: Prompts) -> list[str | list[dict[str, str]]]:
 @task(name="write-draft")
 def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: dict, lineage: dict,
                 guidelines: str | None, store: str | None, onto: str | None = None) -> str:
-    from prefdata.data.onto import Onto, resolve
+    from prefdata.data.onto import Onto
     from prefdata.data.store import Store
     from prefdata.models.chat import Rendering
 
@@ -395,11 +395,10 @@ def write_draft(name: str, labelled: list[dict], votes: list[dict], counters: di
     rendering = Rendering.from_record(lineage.get("rendering"))
     notes = [f"Prompts rendered for sampling: {rendering.describe()}."] if rendering else []
     st = Store(store)
-    parent = resolve(st, name, onto) if onto is not None else None
-    if parent is None:
+    if onto is None:
         return st.create(name, tables, counts={**counts, **counters}, lineage=lineage, guidelines=guidelines,
                          notes=notes).ref
-    grown = Onto.open(st, parent)
+    grown = Onto.open(st, onto)
     return st.create_sharded(name, [grown.tables(tables)],
                              lambda: ({}, None, {**counts, **counters}, grown.lineage(lineage)),
                              guidelines=guidelines, notes=notes, onto=grown.parent).ref
@@ -442,6 +441,11 @@ def collect(name: str = "world-arithmetic", prompts: Prompts = Prompts(), policy
         check_reach(prompts=prompts, policy=policy, judge=judge, humans=humans, engine=engine,
                     guidelines=guidelines, store=store)
     check_name(name)
+    if onto is not None:  # the version to grow, found before a night of sampling (None: nothing validated yet)
+        from prefdata.data.onto import resolve
+        from prefdata.data.store import Store
+
+        onto = resolve(Store(store), name, onto)
     guideline_text = read_text(Path(shipped(guidelines, "guidelines")), "guidelines") if guidelines else None
     prompt_list = load_prompts(prompts)
     for stage in judge.cascade():

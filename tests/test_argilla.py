@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -493,10 +494,39 @@ def _chromium() -> str:
     return found
 
 
-def test_browser_annotator_labels_and_submits(argilla):
+@contextmanager
+def annotation_page(info, username: str, password: str, dataset_id: str):
+    """A real annotator in Debian chromium: signed in as `username`, on the dataset's annotation page.
+    Yields the page and the record the page asked the server for first (what it shows)."""
     chromium = _chromium()
     from playwright.sync_api import sync_playwright
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{info.url}/sign-in")
+            page.get_by_label("Username").fill(username)
+            page.get_by_label("Password").fill(password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(lambda url: "sign-in" not in url)
+            with page.expect_response(lambda r: "/records/search" in r.url and r.request.method == "POST") as searched:
+                page.goto(f"{info.url}/dataset/{dataset_id}/annotation-mode")
+            yield page, searched.value.json()["items"][0]["record"]
+        finally:
+            browser.close()
+
+
+def submit(page) -> None:
+    """Press Submit as the annotator does; the server must take the response."""
+    with page.expect_response(lambda r: "/responses" in r.url and r.request.method in ("POST", "PUT")) as saved:
+        page.get_by_role("button", name="Submit").click()
+    assert saved.value.status in (200, 201)
+
+
+def test_browser_annotator_labels_and_submits(argilla):
     from prefdata.argilla import pull_votes, push_pairs
 
     _, info = argilla
@@ -506,30 +536,15 @@ def test_browser_annotator_labels_and_submits(argilla):
     _users(info, ["webannotator"])
     owner = _http(info.url, info.api_key)
     dataset_id = _dataset_id(owner, "browser")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{info.url}/sign-in")
-        page.get_by_label("Username").fill("webannotator")
-        page.get_by_label("Password").fill("pw-webannotator-secret")
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(lambda url: "sign-in" not in url)
-        with page.expect_response(lambda r: "/records/search" in r.url and r.request.method == "POST") as searched:
-            page.goto(f"{info.url}/dataset/{dataset_id}/annotation-mode")
-        shown = searched.value.json()["items"][0]["record"]
+    with annotation_page(info, "webannotator", "pw-webannotator-secret", dataset_id) as (page, shown):
         prompt = shown["fields"]["prompt"]
         page.get_by_text(prompt).wait_for()
         page.get_by_text("Response B is better").click()
         page.get_by_role("textbox").click()  # the rationale box is a contenteditable, typed into like a person
         page.keyboard.type("B adds correctly")
         page.screenshot(path=str(ARTIFACTS / "argilla-labelled.png"))  # what the annotator saw and chose
-        with page.expect_response(lambda r: "/responses" in r.url and r.request.method in ("POST", "PUT")) as saved:
-            page.get_by_role("button", name="Submit").click()
-        assert saved.value.status in (200, 201)
+        submit(page)
         page.screenshot(path=str(ARTIFACTS / "argilla-after-submit.png"))
-        browser.close()
     votes = pull_votes(url=info.url, api_key=info.api_key, dataset="browser")
     row = next(r for r in rows if r["prompt"] == prompt)
     assert votes.select("pair_id", "annotator", "rationale").rows() == [(row["pair_id"], "webannotator", "B adds correctly")]

@@ -324,26 +324,11 @@ def test_drafts_and_datasets_not_made_by_prefdata_are_told_apart_for_both_field_
 
 # -- a person in a real browser ---------------------------------------------------------------------------
 
-def _chromium() -> str:
-    """Debian's chromium (scripts/test-deps.sh installs it). Without it the browser test skips with
-    the way to install it, except in CI, where it must run."""
-    import shutil
-
-    found = shutil.which("chromium")
-    if found is None:
-        reason = "chromium is not installed (sudo apt-get install chromium fonts-liberation)"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser test: {reason}")
-        pytest.skip(reason)
-    return found
-
-
 def test_browser_annotator_sees_the_earlier_turns_and_answers(argilla, chat_version):
     """An annotator signs in to the web UI, opens the chat dataset and sees the conversation's
     earlier turns on the page (the first user turn and the assistant's reply to it), then picks a
     response and submits; the vote pulls back."""
-    chromium = _chromium()
-    from playwright.sync_api import sync_playwright
+    from test_argilla import annotation_page, submit
 
     from prefdata.argilla import add_user, pull_votes, push_pairs
     from prefdata.argilla.audit import audit_rows
@@ -353,29 +338,14 @@ def test_browser_annotator_sees_the_earlier_turns_and_answers(argilla, chat_vers
     push_pairs(audit_rows(pairs), url=info.url, api_key=info.api_key, dataset="chat-browser", progress=False)
     add_user(url=info.url, api_key=info.api_key, username="chat_web", password="pw-chat-web-secret")
     dataset_id = str(_dataset(info, "chat-browser").id)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{info.url}/sign-in")
-        page.get_by_label("Username").fill("chat_web")
-        page.get_by_label("Password").fill("pw-chat-web-secret")
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(lambda url: "sign-in" not in url)
-        with page.expect_response(lambda r: "/records/search" in r.url and r.request.method == "POST") as searched:
-            page.goto(f"{info.url}/dataset/{dataset_id}/annotation-mode")
-        shown = searched.value.json()["items"][0]["record"]
+    with annotation_page(info, "chat_web", "pw-chat-web-secret", dataset_id) as (page, shown):
         turns = shown["fields"]["prompt"]
         assert [m["role"] for m in turns] == ["user", "assistant", "user"]
         for message in turns:  # every turn on the page, the earlier ones included
             page.get_by_text(message["content"], exact=True).wait_for(timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "argilla-chat.png"))  # what the annotator saw
         page.get_by_text("Response A is better").click()
-        with page.expect_response(lambda r: "/responses" in r.url and r.request.method in ("POST", "PUT")) as saved:
-            page.get_by_role("button", name="Submit").click()
-        assert saved.value.status in (200, 201)
-        browser.close()
+        submit(page)
     votes = pull_votes(url=info.url, api_key=info.api_key, dataset="chat-browser")
     assert shown["external_id"] in set(pairs["id"])
     assert votes.select("pair_id", "annotator", "shown").rows() == [(shown["external_id"], "chat_web", "a")]

@@ -333,3 +333,15 @@ def test_collect_onto_previous_grows_the_newest_validated_version(prefect_api, t
     shared = [rel for rel in first.manifest["files"] if rel.startswith("data/")]
     assert all(os.path.samefile(Path(st.path(first.ref)) / rel, Path(st.path(child.ref)) / rel.replace("-of-00001", "-of-00002"))
                for rel in shared)
+
+
+def test_collect_onto_a_version_the_store_lacks_fails_before_sampling(prefect_api, tmp_path, capsys, monkeypatch,
+                                                                     sample_calls):
+    """A wrong `onto` is found before a night of sampling, not when the draft is written."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "collect", "--prompts", "world", "--policy", "world", "--judge", "world",
+                         "--name", "arith", "--n", "4", "--store", str(tmp_path / "store"),
+                         "--onto", "arith@ffffffffffff")
+    assert code == 2  # (Prefect's own log handler may print to the captured stream after it closes)
+    assert "onto arith@ffffffffffff: no dataset named 'arith'" in " ".join(err.split())
+    assert sample_calls["sample"] == 0

@@ -11,13 +11,11 @@ prompt in the last one.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from test_onto import prefdata, version_of  # the command line as a user runs it
 
 from prefdata.data.store import Store
 
@@ -52,17 +50,6 @@ def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copie
     rows += [dict(row, id=f"copy-{row['id']}") for row in copies]
     rows += [dict(row, id=f"near-{row['id']}", chosen=row["chosen"].replace("careful", "thoughtful")) for row in near]
     return rows
-
-
-def prefdata(*args: str, store: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFDATA_STORE": str(store)}
-    return subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=cwd)
-
-
-def version_of(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("version:"))
 
 
 @pytest.fixture(scope="module")

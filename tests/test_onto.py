@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from prefdata.data.store import Store

@@ -16,7 +16,7 @@ import threading
 from typing import Callable, Sequence
 
 from prefdata.argilla.client import add_user
-from prefdata.argilla.push import chat_text
+from prefdata.data.records import render_turns
 
 
 class SimulatedCrowd:
@@ -65,7 +65,7 @@ class SimulatedCrowd:
                 pair_id = record["metadata"]["pair_id"]
                 prompt = fields["prompt"]
                 if isinstance(prompt, list):  # a chat field: the annotator reads the text the pair's prompt holds
-                    prompt = chat_text(prompt)
+                    prompt = render_turns(prompt)
                 for annotator in self.annotators:
                     if (record["id"], annotator.name) in self._done:
                         continue

@@ -152,14 +152,6 @@ def chat_value(row: dict) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": m["content"] or EMPTY_MESSAGE} for m in messages]
 
 
-def chat_text(messages: list[dict[str, str]]) -> str:
-    """A chat prompt field's value as the text the pair's `prompt` holds (one message: its content;
-    several: "Role: content" blocks), for whoever reads records back as text."""
-    from prefdata.data.records import render_turns
-
-    return render_turns(messages)
-
-
 FIELDS = ("prompt", "response_a", "response_b")
 QUESTIONS = ("preference", "rationale")
 METADATA = ("pair_id", "order", "sampler", "label", "category")

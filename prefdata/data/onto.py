@@ -32,10 +32,15 @@ PREVIOUS = "previous"  # --onto / the collect flow's `onto`: the newest validate
 
 
 def resolve(store: Store, name: str, onto: str) -> str | None:
-    """The parent `onto` names: NAME@VERSION as given, or `previous`: the newest validated version of
-    `name` (None when it has none yet: the first night's draft stands alone)."""
+    """The parent `onto` names, as its full NAME@VERSION: the version given (one line when the store
+    has no such version), or `previous`: the newest validated version of `name` (None when it has
+    none yet: the first night's draft stands alone). Called before any work, so that a wrong name
+    fails before a night of sampling."""
     if onto != PREVIOUS:
-        return onto
+        try:
+            return store.get(onto).ref
+        except UnusableInput as exc:
+            raise UnusableInput(f"onto {onto}: {exc}") from None
     validated = [v for v in store.versions(name) if v.status == "validated"]  # oldest first
     return validated[-1].ref if validated else None
 

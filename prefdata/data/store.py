@@ -918,16 +918,16 @@ class Store:
     def load(self, ref: str, config: str = "default", split: str | None = None) -> pl.DataFrame:
         """One table of a version as a polars frame (all splits stacked when split is None)."""
         v = self.get(ref)
-        folder = CONFIG_DIRS[config]
         frames = []
-        for rel in sorted(f for f in v.manifest["files"] if f.startswith(folder + "/")):
+        for rel in self.table_files(v, config):
             if split is None or rel.split("/")[1].startswith(split + "-"):
                 frames.append(pl.read_parquet(self._read_file(v, rel)))
         if not frames:
             raise UnusableInput(f"{v.ref} has no {config!r} table" + (f" split {split!r}" if split else ""))
         return pl.concat(frames, how="diagonal")
 
-    def _table_files(self, v: Version, config: str) -> list[str]:
+    def table_files(self, v: Version, config: str) -> list[str]:
+        """A version's files of one table, in row order (the order `load` stacks them)."""
         folder = CONFIG_DIRS[config]
         return sorted(f for f in v.manifest["files"] if f.startswith(folder + "/"))
 
@@ -938,13 +938,13 @@ class Store:
 
     def table_schema(self, v: Version, config: str) -> pl.Schema:
         """The column types of a version's table, from its first file's footer."""
-        return pl.read_parquet_schema(self._parquet_source(v, self._table_files(v, config)[0]))
+        return pl.read_parquet_schema(self._parquet_source(v, self.table_files(v, config)[0]))
 
     def read_columns(self, v: Version, config: str, columns: list[str] | None,
                      ids: pl.Series | None = None) -> pl.DataFrame:
         """Some columns (None: all) of a version's table, every file stacked; `ids`: only those rows."""
         frames = []
-        for rel in self._table_files(v, config):
+        for rel in self.table_files(v, config):
             scan = pl.scan_parquet(self._parquet_source(v, rel))
             if ids is not None:
                 scan = scan.filter(pl.col("id").is_in(ids.implode()))

@@ -255,7 +255,7 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
         return st.load(v.ref, config) if config in configs else None
 
     if read is not None:
-        read["part_keys"] = [v.manifest["files"][rel]["sha256"] for rel in _table_files(v, "default")]
+        read["part_keys"] = [v.manifest["files"][rel]["sha256"] for rel in st.table_files(v, "default")]
     shards = _version_shards(st, v, "default") if read is not None else None
     if shards is not None:  # a version written in shards (a big import) is checked shard by shard
         from prefdata.checks.batched import thin_sft
@@ -281,22 +281,13 @@ def _version_shards(st, v, config: str):
     import re
 
     from prefdata.checks.shards import Shards
-    from prefdata.data.store import CONFIG_DIRS
 
-    files = _table_files(v, config)
+    files = st.table_files(v, config)
     batches = [re.search(r"-of-(\d+)\.parquet$", rel) for rel in files]
     if not any(found and int(found[1]) > 1 for found in batches):
         return None
     return Shards([st.file_path(v, rel) for rel in files], fs=None if st.local else st.fs,
                   keys=[v.manifest["files"][rel]["sha256"] for rel in files])
-
-
-def _table_files(v, config: str) -> list[str]:
-    """A version's files of one table, in row order (the order the store reads them)."""
-    from prefdata.data.store import CONFIG_DIRS
-
-    folder = CONFIG_DIRS[config] + "/"
-    return sorted(rel for rel in v.manifest["files"] if rel.startswith(folder))
 
 
 ROW_LOCAL_ARTIFACT = "row_local.json"  # what publish stores with a validated version for its children
