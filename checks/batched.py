@@ -5,16 +5,17 @@ frame: every column but the two responses, with their lengths and a hash of the 
 of ~14 GB.
 
 How each check runs, by its traits in the registry (checks/registry.py; run_checklist swaps in
-`stand_ins()` when CheckInputs.shards is set):
-- the row-local checks that need the responses' text (PER_SHARD) run shard by shard, each the very
+`stand_ins()` when CheckInputs.shards is set, and skips a check whose `engines` leave SHARDS out):
+- the row-local checks that need the responses' text (`per_shard()`) run shard by shard, each the very
   check function bound as the registry binds it, and their results combine (`combine`): offending
   ids in row order, metric = offending / rows, the same threshold rule, details merged (counts
   summed, examples cut to the same length, the check's parameters as given), and the message the
   check's own message function (its registry `merge`, e.g. content.py `safety_message`) builds from
   the merged details: the in-memory run's message;
-- the other checks that need the text, near and exact duplicates, run their engines over the shards
-  (ENGINES; checks/shards.py ShardTexts): the texts are prepared a block at a time, and only the rows
-  verification needs are read again;
+- the other checks that need the text run the code their registry entry names (`shard_engine`: here
+  near and exact duplicates, over checks/shards.py ShardTexts): the texts are prepared a block at a
+  time, and only the rows verification needs are read again; the verdict is the check's own result
+  function (dedup.py), fed what the shards gave;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
@@ -35,10 +36,9 @@ import polars as pl
 
 from .base import CheckResult
 from .frames import text_chars
-from .registry import CHECKS, CheckInputs
+from .registry import CHECKS, SHARDS, CheckInputs
 
 RESPONSES = ("chosen", "rejected")  # what stays in the shards
-PER_SHARD = tuple(c for c, check in CHECKS.items() if check.row_local and check.needs_text)
 SHARD_KEYS = "batched.exact_keys"  # CheckInputs.derived: near_duplicates' (prompt, pair) hashes for exact
 # a row-local check's message from (merged details, offending rows, rows, threshold): see `combine`
 Message = Callable[[dict[str, Any], int, int, float], str]
@@ -241,13 +241,14 @@ def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts:
                                    fail_on_repeated_prompts=fail_on_repeated_prompts)
 
 
-# the checks that need the responses' text and are not row-local, each with its engine over the shards
-ENGINES: dict[str, Callable[..., CheckResult]] = {"near_duplicates": near_duplicates,
-                                                  "exact_duplicates": exact_duplicates}
+def per_shard() -> list[str]:
+    """The checks run shard by shard: row-local ones that need the responses' text and run on shards."""
+    return [c for c, check in CHECKS.items() if check.row_local and check.needs_text and check.runs_on(SHARDS)]
 
 
 def stand_ins() -> dict[str, Callable[..., CheckResult]]:
     """check id -> its function over the shards, called with the CheckInputs and the check's parameters:
-    every check the registry says needs the responses' text (the thin frame lacks them)."""
-    return {c: _shard_by_shard(c) if check.row_local else ENGINES[c]
-            for c, check in CHECKS.items() if check.needs_text}
+    every check the registry says needs the responses' text (the thin frame lacks them) and runs on
+    shards: a row-local one shard by shard, another by the code its entry names (`shard_engine`)."""
+    return {c: _shard_by_shard(c) if check.row_local else check.code(check.shard_engine)
+            for c, check in CHECKS.items() if check.needs_text and check.runs_on(SHARDS)}

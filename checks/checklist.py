@@ -3,10 +3,12 @@ its inputs, its parameters' ranges) with its configured thresholds.
 
 Checks are pure functions; this module loads and validates a config, turns a crash inside one check
 into an `error` result (never a crashed run), and decides the gate. Results always come in registry
-order, whatever order the checks run in: the GX suite runs on a thread beside the others
-(BACKGROUND), near_duplicates before exact_duplicates (RUN_FIRST), which reuses the row hashes it
-leaves in CheckInputs.derived. Over shards (CheckInputs.shards) the checks that need the responses'
-text run as checks/batched.py runs them.
+order, whatever order the checks run in: the checks whose registry entry says `background` run
+on a thread beside the others, those that say `run_first` before the others (near_duplicates leaves
+the row hashes exact_duplicates reuses in CheckInputs.derived). Over shards (CheckInputs.shards) the
+checks that need the responses' text run as checks/batched.py runs them, and a check whose `engines`
+leave out a sharded run is skipped in one line. The checks registered from outside (a plugin's
+`Check`) run here like the built-ins; their defaults are their functions' (registry.plugin_defaults).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from prefdata.base.errors import UnusableInput
 from prefdata.base.files import read_side_file
 from prefdata.base.yamlkeys import load_yaml
 from prefdata.checks.base import CHECKLIST, CheckResult
-from prefdata.checks.registry import CHECKS, CheckInputs
+from prefdata.checks.registry import BOUND, CHECKS, DASK, SHARDS, CheckInputs, plugin_defaults
 
 
 def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], dict[str, Any]]]]:
@@ -34,7 +36,10 @@ def _registry() -> dict[str, tuple[Callable[..., Any], Callable[[CheckInputs], d
 
 
 def default_config() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("prefdata.checks").joinpath(CHECKLIST).read_text())
+    """checks/checklist.yaml, with each check registered from outside under its own defaults."""
+    config = yaml.safe_load(resources.files("prefdata.checks").joinpath(CHECKLIST).read_text())
+    config["checks"].update(plugin_defaults())
+    return config
 
 
 # Configs that ship with prefdata, named instead of a path (`--config small-data`).
@@ -91,10 +96,6 @@ def load_config(path: str | Path | None = None, recorded: dict[str, Any] | None 
     return config
 
 
-# Data arguments with a default that are not tunable: the runner binds them, a config may not set them.
-BOUND = ("derived",)
-
-
 def _parameters(function: Callable[..., Any]) -> dict[str, Any]:
     """The tunable parameters of a check (those with defaults), with their defaults."""
     return {n: p.default for n, p in inspect.signature(function).parameters.items()
@@ -137,13 +138,16 @@ def _check_range(path: Any, check_id: str, name: str, value: Any) -> None:
         raise UnusableInput(f"{where} is not allowed; choose one of {', '.join(choices)}")
 
 
-# Checks run on a thread beside the others. The GX suite spends its time in great_expectations'
-# own Python (its import alone is 3-6 s, its checkpoint a few more) while the other checks spend
-# theirs in polars and numpy, which release the GIL: on two cores the two overlap almost fully.
-BACKGROUND = ("gx",)
-# Checks run before the others (results still come in registry order): near_duplicates hashes the
-# normalised texts for exact_duplicates in the pass it makes anyway (CheckInputs.derived).
-RUN_FIRST = ("near_duplicates",)
+def background_checks() -> tuple[str, ...]:
+    """The checks run on a thread beside the others (their registry entry's `background`)."""
+    return tuple(c for c, check in CHECKS.items() if check.background)
+
+
+def not_here(check_id: str, engine: str) -> CheckResult:
+    """The one line a runner gives a check whose `engines` leave its engine out."""
+    where = {SHARDS: "a sharded run (pairs too big for memory)", DASK: "Dask"}[engine]
+    return CheckResult(check_id, "skip", message=f"not run on {where}: its registry entry's engines are "
+                                                 f"{', '.join(CHECKS[check_id].engines)}")
 
 
 def _run_one(check_id: str, function: Callable[..., Any], bind: Callable[[CheckInputs], dict[str, Any]],
@@ -161,18 +165,22 @@ def _run_one(check_id: str, function: Callable[..., Any], bind: Callable[[CheckI
 
 
 def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
-                  only: list[str] | None = None, background: tuple[str, ...] = BACKGROUND) -> list[CheckResult]:
-    """Every check (or those in `only`) in registry order; the checks in `background` run on one
-    thread beside the others (same results, same order: tests/test_checklist.py)."""
+                  only: list[str] | None = None, background: tuple[str, ...] | None = None) -> list[CheckResult]:
+    """Every check (or those in `only`) in registry order; the checks in `background` (default: those
+    whose entry says `background`) run on one thread beside the others (same results, same order:
+    tests/test_checklist.py)."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     config = config or default_config()
+    background = background_checks() if background is None else background
     registry = _registry()
+    skipped: set[str] = set()
     if inputs.shards is not None:  # the checks that read the responses run over the shards
         from prefdata.checks import batched
 
         registry.update({c: (_defaults_of(registry[c][0], f), lambda i: {"inputs": i})
                          for c, f in batched.stand_ins().items()})
+        skipped = {c for c, check in CHECKS.items() if not check.runs_on(SHARDS)}
     planned: list[Any] = []  # per check, in registry order: its results, a Future of them, or what runs it
     pool: ThreadPoolExecutor | None = None
     try:
@@ -183,13 +191,15 @@ def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
             reason = params.pop("waive", None)
             if reason:
                 planned.append([CheckResult(check_id, "skip", message=f"waived: {reason}", details={"waived": True})])
+            elif check_id in skipped:
+                planned.append([not_here(check_id, SHARDS)])
             elif check_id in background:
                 pool = pool or ThreadPoolExecutor(1, thread_name_prefix="checklist")
                 planned.append(pool.submit(_run_one, check_id, function, bind, params, inputs))
             else:  # run below, once every background check has started
                 planned.append((check_id, function, bind, params))
         waiting = [k for k, item in enumerate(planned) if isinstance(item, tuple)]
-        for k in sorted(waiting, key=lambda k: planned[k][0] not in RUN_FIRST):  # stable: registry order
+        for k in sorted(waiting, key=lambda k: not CHECKS[planned[k][0]].run_first):  # stable: registry order
             planned[k] = _run_one(*planned[k], inputs)
         results: list[CheckResult] = []
         for item in planned:
@@ -203,18 +213,19 @@ def run_checklist(inputs: CheckInputs, config: dict[str, Any] | None = None,
 
 def run_checklist_on_dask(inputs: CheckInputs, config: dict[str, Any] | None = None, only: list[str] | None = None,
                           partition_rows: int = 250_000) -> list[CheckResult]:
-    """run_checklist with the checks that read every row (prefdata.checks.distributed.ON_DASK) run on
-    the current Dask client, the others here (on the thin frame of a sharded input): the same results,
-    in registry order, each check's waiver, error and `seconds` handled as run_checklist handles them."""
-    from .distributed import ON_DASK, run_on_dask
+    """run_checklist with the checks whose registry entry's `engines` include Dask run on the current
+    Dask client, the others here (on the thin frame of a sharded input): the same results, in registry
+    order, each check's waiver, error and `seconds` handled as run_checklist handles them."""
+    from .distributed import run_on_dask
 
     config = config or default_config()
     wanted = [c for c in CHECKS if only is None or c in only]
+    on_dask = [c for c in wanted if CHECKS[c].runs_on(DASK)]
     results: dict[str, list[CheckResult]] = {c: [] for c in wanted}
-    for result in run_checklist(inputs, config, only=[c for c in wanted if c not in ON_DASK]):
+    for result in run_checklist(inputs, config, only=[c for c in wanted if c not in on_dask]):
         results[result.id if result.id in results else result.id.split(".")[0]].append(result)  # gx.RULE
     running = []
-    for c in (c for c in wanted if c in ON_DASK):
+    for c in on_dask:
         waived = (config["checks"].get(c) or {}).get("waive")
         if waived:
             results[c] = [CheckResult(c, "skip", message=f"waived: {waived}", details={"waived": True})]

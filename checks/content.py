@@ -45,11 +45,14 @@ DISTRIBUTION_ID = "prompt_distribution"
 # checks/checklist.yaml names are set there (base.default).
 SAFETY_MAX_FLAGGED_SHARE = default("safety", "max_flagged_share")  # item 5 "拒绝政治 / 色情 / 极端样本": reject such samples, so no counted row (0)
 COVERAGE_MIN_SHARE = default("category_coverage", "min_share")  # item 6: all three dimensions present; 5% each is our floor for "present"
-LEAKAGE_NGRAM = 8  # item 7 "prompt 中无泄漏的标准答案": 8 words in a row is copying, not shared phrasing
-LEAKAGE_MAX_OVERLAP = 0.5  # item 7: more than half of an answer's 8-grams in its prompt is a leak
-LEAKAGE_MIN_CHARS = 20  # item 7: shorter answers ("Yes.", "?") match chat histories by chance
+LEAKAGE_REFERENCE_COLUMN = default("answer_leakage", "reference_column")  # item 7 "prompt 中无泄漏的标准答案"
+LEAKAGE_NGRAM = default("answer_leakage", "ngram")  # item 7: 8 words in a row is copying, not shared phrasing
+LEAKAGE_MAX_OVERLAP = default("answer_leakage", "max_overlap")  # item 7: over half of an answer's 8-grams
+LEAKAGE_MIN_CHARS = default("answer_leakage", "min_chars")  # item 7: "Yes.", "?" match chat histories by chance
 DISTRIBUTION_ALPHA = default("prompt_distribution", "alpha")  # item 1 "prompt 分布与上线分布一致": fail only on clear evidence of a shift (0.01)
 DISTRIBUTION_MAX_SAMPLES = default("prompt_distribution", "max_samples")
+DISTRIBUTION_PERMUTATIONS = default("prompt_distribution", "n_permutations")
+DISTRIBUTION_SEED = default("prompt_distribution", "seed")
 
 # ---------------------------------------------------------------------------------------------
 # item 5: safety
@@ -597,7 +600,7 @@ def _answer_columns(pairs: pl.DataFrame, reference_column: str) -> list[str]:
     """The answers to look for in the prompt: `chosen` and the reference answer (`reference_column`,
     or an `answer` column when the default "reference" is absent), those present."""
     reference = reference_column if reference_column in pairs.columns else None
-    if reference is None and reference_column == "reference" and "answer" in pairs.columns:
+    if reference is None and reference_column == LEAKAGE_REFERENCE_COLUMN and "answer" in pairs.columns:
         reference = "answer"
     return [c for c in ("chosen", reference) if c is not None and c in pairs.columns]
 
@@ -670,7 +673,7 @@ def _stated_answer(prompt: pl.Series, column: pl.Series) -> np.ndarray:
 
 def check_answer_leakage(
     pairs: pl.DataFrame,
-    reference_column: str = "reference",
+    reference_column: str = LEAKAGE_REFERENCE_COLUMN,
     ngram: int = LEAKAGE_NGRAM,
     max_overlap: float = LEAKAGE_MAX_OVERLAP,
     min_chars: int = LEAKAGE_MIN_CHARS,
@@ -772,8 +775,8 @@ def check_prompt_distribution(
     reference: pl.Series | None,
     alpha: float = DISTRIBUTION_ALPHA,
     max_samples: int = DISTRIBUTION_MAX_SAMPLES,
-    seed: int = 0,
-    n_permutations: int = 1000,
+    seed: int = DISTRIBUTION_SEED,
+    n_permutations: int = DISTRIBUTION_PERMUTATIONS,
 ) -> CheckResult:
     """Seed item 1 ("prompt 分布与上线分布一致"): the dataset's prompts look like a reference sample
     of production prompts. Permutation test of MMD^2 on character n-gram TF-IDF (see above); fails

@@ -49,10 +49,15 @@ from .minhash import (  # noqa: F401
 # and the Pile's MinHash dedup is cited for the same range (those two not re-checked here). Any
 # duplicate fails by default (share threshold 0.0): dedup is one of the seed's three filters,
 # "去重 + 长度过滤" (dedup + length filtering).
-DEFAULT_JACCARD = default("near_duplicates", "threshold")  # set in checks/checklist.yaml, as are these two
+# All set in checks/checklist.yaml (base.default); num_perm and ngram are read by checks/minhash.py.
+DEFAULT_JACCARD = default("near_duplicates", "threshold")
 DEFAULT_SCOPE = default("near_duplicates", "scope")
+DEFAULT_SEED = default("near_duplicates", "seed")
+NEAR_MAX_SHARE = default("near_duplicates", "max_share")
 FAIL_ON_REPEATED_PROMPTS = default("exact_duplicates", "fail_on_repeated_prompts")
-DEFAULT_MAX_SHARE = 0.0
+EXACT_MAX_SHARE = default("exact_duplicates", "max_share")
+EXACT_ID, NEAR_ID = "exact_duplicates", "near_duplicates"
+PAIR_COLUMNS = ("prompt", "chosen", "rejected")
 MAX_SAMPLE_CLUSTERS = 20
 MAX_SAMPLE_MEMBERS = 20
 MAX_EXAMPLES = 3  # offending rows named with the row they repeat, in details["examples"]
@@ -192,8 +197,23 @@ def _first_occurrence_blocked(key: np.ndarray, same: Callable[[np.ndarray, np.nd
     return rep
 
 
-def _missing(pairs: pl.DataFrame, columns: Sequence[str]) -> list[str]:
-    return [c for c in columns if c not in pairs.columns]
+def near_columns(scope: str) -> tuple[str, ...]:
+    """The text columns near_duplicates compares under `scope`."""
+    if scope not in ("prompt", "pair"):
+        raise ValueError(f"scope must be 'prompt' or 'pair', got {scope!r}")
+    return ("prompt",) if scope == "prompt" else PAIR_COLUMNS
+
+
+def unusable(check_id: str, columns: Sequence[str], rows: int, needed: Sequence[str],
+             max_share: float) -> CheckResult | None:
+    """The skip a duplicate check gives rows it cannot judge (a column missing, no rows); None when it
+    can. Every engine (in memory, shards, Dask) asks here before it finds anything."""
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        return skip(check_id, f"missing columns: {', '.join(missing)}", max_share)
+    if rows == 0:
+        return skip(check_id, "no rows", max_share)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,7 +223,7 @@ def _missing(pairs: pl.DataFrame, columns: Sequence[str]) -> list[str]:
 def check_exact_duplicates(
     pairs: pl.DataFrame,
     *,
-    max_share: float = DEFAULT_MAX_SHARE,
+    max_share: float = EXACT_MAX_SHARE,
     fail_on_repeated_prompts: bool = FAIL_ON_REPEATED_PROMPTS,
     derived: dict | None = None,
 ) -> CheckResult:
@@ -217,12 +237,9 @@ def check_exact_duplicates(
     `derived`: the checklist run's shared dict; when check_near_duplicates already hashed this very
     frame's normalised texts there (EXACT_KEYS), those hashes are used (same results, one pass less).
     """
-    check_id = "exact_duplicates"
-    missing = _missing(pairs, ("id", "prompt", "chosen", "rejected"))
-    if missing:
-        return skip(check_id, f"missing columns: {', '.join(missing)}", max_share)
-    if pairs.height == 0:
-        return skip(check_id, "no rows", max_share)
+    cannot = unusable(EXACT_ID, pairs.columns, pairs.height, ("id", *PAIR_COLUMNS), max_share)
+    if cannot is not None:
+        return cannot
 
     # normalised in blocks: only 64-bit hashes of the texts are kept, and rows whose hashes match an
     # earlier row's are compared again on their real texts
@@ -252,7 +269,6 @@ def exact_duplicates_result(ids: pl.Series, prompt_first: np.ndarray, pair_first
     """check_exact_duplicates' result from each row's first copy of its prompt and of its whole
     pair (row numbers; the row itself when it is the first). A batched run (checks/batched.py)
     finds those over shards and builds its result here too."""
-    check_id = "exact_duplicates"
     ids = ids.cast(pl.String)
     rows = np.arange(ids.len())
     dup_pair = pair_first != rows
@@ -281,7 +297,7 @@ def exact_duplicates_result(ids: pl.Series, prompt_first: np.ndarray, pair_first
         f"{n_dup_pairs} repeated pair(s) and {n_dup_prompts} repeated prompt(s) "
         f"(after normalisation) in {n} rows"
     )
-    return CheckResult(check_id, status, metric, max_share, offending, message, details)
+    return CheckResult(EXACT_ID, status, metric, max_share, offending, message, details)
 
 def find_near_duplicates(
     texts: pl.Series | Sequence[str],
@@ -289,7 +305,7 @@ def find_near_duplicates(
     threshold: float = DEFAULT_JACCARD,
     num_perm: int = DEFAULT_NUM_PERM,
     ngram: int = DEFAULT_NGRAM,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     bands_rows: tuple[int, int] | None = None,
     n_threads: int | None = None,
     normalise: bool = True,
@@ -324,8 +340,8 @@ def check_near_duplicates(
     ngram: int = DEFAULT_NGRAM,
     scope: Literal["prompt", "pair"] = DEFAULT_SCOPE,
     *,
-    max_share: float = DEFAULT_MAX_SHARE,
-    seed: int = 0,
+    max_share: float = NEAR_MAX_SHARE,
+    seed: int = DEFAULT_SEED,
     derived: dict | None = None,
 ) -> CheckResult:
     """Near-duplicate whole pairs (scope="pair": prompt, chosen and rejected) or prompts alone
@@ -340,15 +356,10 @@ def check_near_duplicates(
     `derived`: the checklist run's shared dict; with scope="pair", the normalised texts this check
     makes anyway are also hashed for check_exact_duplicates and left there (EXACT_KEYS).
     """
-    check_id = "near_duplicates"
-    if scope not in ("prompt", "pair"):
-        raise ValueError(f"scope must be 'prompt' or 'pair', got {scope!r}")
-    needed = ("id", "prompt") if scope == "prompt" else ("id", "prompt", "chosen", "rejected")
-    missing = _missing(pairs, needed)
-    if missing:
-        return skip(check_id, f"missing columns: {', '.join(missing)}", max_share)
-    if pairs.height == 0:
-        return skip(check_id, "no rows", max_share)
+    needed = ("id", *near_columns(scope))
+    cannot = unusable(NEAR_ID, pairs.columns, pairs.height, needed, max_share)
+    if cannot is not None:
+        return cannot
 
     # the normalised prompt, or prompt, chosen and rejected normalised and joined by "\n" (normalised
     # text has no newlines, so it separates the three parts unambiguously); made a block at a time
@@ -374,7 +385,6 @@ def check_near_duplicates(
 def near_duplicates_result(ids: pl.Series, found: NearDuplicates, *, threshold: float, num_perm: int, ngram: int,
                            scope: str, max_share: float) -> CheckResult:
     """check_near_duplicates' result from the engine's clusters (a batched run builds it here too)."""
-    check_id = "near_duplicates"
     ids = ids.cast(pl.String)
     flagged = found.flagged
     offending = tuple(ids.filter(pl.Series(flagged)).to_list())
@@ -408,4 +418,4 @@ def near_duplicates_result(ids: pl.Series, found: NearDuplicates, *, threshold: 
         f"in {len(clusters)} cluster(s)"
     )
     status = "fail" if metric > max_share else "pass"
-    return CheckResult(check_id, status, metric, max_share, offending, message, details)
+    return CheckResult(NEAR_ID, status, metric, max_share, offending, message, details)

@@ -1,13 +1,19 @@
-"""The checklist over a Dask DataFrame (docs/scaling.md): the row-local checks, exact and near
-duplicates, split isolation and agreement, each result equal to the one-process check's.
+"""The checklist over a Dask DataFrame (docs/scaling.md): the checks whose registry entry's `engines`
+include DASK (checks/registry.py), each result equal to the one-process check's: the row-local checks
+that need nothing but the pairs, partition by partition, and the others by the code their entry names
+(`dask_engine`: exact and near duplicates, split isolation and agreement here, each `(run: DaskRun,
+**params)`). Those find their statistics on Dask (copies, clusters, vote counts) and give them to the
+check's own result function in its rule module (dedup.py `exact_duplicates_result`,
+`near_duplicates_result`, isolation.py `split_isolation_result`, agreement.py `agreement_result`):
+the verdict, threshold and message are decided in one place for every engine.
 
 Row-local checks judge each row on its own, so each partition runs the very same check function
 (`prefdata.checks.*`) on its rows and the results combine as the shard-by-shard run's do
 (checks/batched.py `combine`): the offending ids in partition order (= frame order), metric =
 offending rows / rows, the status from the same threshold rule, details merged (counts summed, the
 check's parameters as given), and the message the check's own message function (its registry
-`merge`) builds from the merged details: the in-memory run's message. ROW_LOCAL are the registry's
-row-local checks that need nothing but the pairs (checks/registry.py): `length_ratio`,
+`merge`) builds from the merged details: the in-memory run's message. `partition_checks()` are the
+registry's row-local checks that need nothing but the pairs and run on Dask: `length_ratio`,
 `degenerate_pairs` (its tie labels and the rows lost at read given beside), `answer_leakage` and
 `safety` (the lexicon); template_fit needs the trainer's tokenizer, which a Dask run has not. What
 the merged details cannot give as one process does: each partition's first examples (not the first
@@ -54,18 +60,23 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import polars as pl
 
-from .base import CheckResult, default, skip
+from .base import CheckResult, skip
 from .batched import combine
-from .dedup import DEFAULT_JACCARD, DEFAULT_MAX_SHARE, DEFAULT_SCOPE, FAIL_ON_REPEATED_PROMPTS
+from .dedup import (DEFAULT_JACCARD, DEFAULT_SCOPE, DEFAULT_SEED, EXACT_ID, EXACT_MAX_SHARE, FAIL_ON_REPEATED_PROMPTS,
+                    NEAR_ID, NEAR_MAX_SHARE, PAIR_COLUMNS, near_columns, unusable)
 from .minhash import DEFAULT_NGRAM, DEFAULT_NUM_PERM
-from .registry import CHECKS, CheckInputs, lost_for
+from .isolation import NEAR_THRESHOLD
+from .registry import CHECKS, DASK, CheckInputs
 
-# the row-local checks a partition of pairs is enough for (the registry's traits)
-ROW_LOCAL = tuple(c for c, check in CHECKS.items() if check.row_local and not check.needs)
-EXACT_ID, NEAR_ID = "exact_duplicates", "near_duplicates"
-# every check this module runs, in registry order
-ON_DASK = tuple(c for c in CHECKS if c in (*ROW_LOCAL, EXACT_ID, NEAR_ID, "split_isolation", "agreement"))
-NEAR_THRESHOLD = default("split_isolation", "near_threshold")
+
+def on_dask() -> list[str]:
+    """Every check this module runs (the registry's `engines` include DASK), in registry order."""
+    return [c for c, check in CHECKS.items() if check.runs_on(DASK)]
+
+
+def partition_checks() -> list[str]:
+    """The checks run partition by partition: row-local ones a partition of pairs is enough for."""
+    return [c for c in on_dask() if CHECKS[c].row_local and not CHECKS[c].needs]
 
 
 @dataclass(frozen=True)
@@ -431,9 +442,6 @@ def _ids(sources: list[_Source], positions: np.ndarray, n: int) -> pl.Series:
 # the checks
 
 
-PAIR_COLUMNS = ["prompt", "chosen", "rejected"]
-
-
 class _Pairs:
     """The pairs' partitions as sources (every row, at its row number) and the exact copies found so
     far, which exact_duplicates and near_duplicates (scope pair) share: one shuffle, not two."""
@@ -456,7 +464,7 @@ def _as_pairs(pairs: Any) -> _Pairs:
     return pairs if isinstance(pairs, _Pairs) else _Pairs(pairs)
 
 
-def exact_duplicates(ddf: Any, *, max_share: float = DEFAULT_MAX_SHARE,
+def exact_duplicates(ddf: Any, *, max_share: float = EXACT_MAX_SHARE,
                      fail_on_repeated_prompts: bool = FAIL_ON_REPEATED_PROMPTS) -> CheckResult:
     """`check_exact_duplicates` over a Dask DataFrame: each row's first copy of its prompt and of
     its whole pair by two shuffles on the texts' hashes, then the one-process result function
@@ -464,12 +472,10 @@ def exact_duplicates(ddf: Any, *, max_share: float = DEFAULT_MAX_SHARE,
     from .dedup import MAX_EXAMPLES, exact_duplicates_result
 
     pairs = _as_pairs(ddf)
-    missing = [c for c in ("id", *PAIR_COLUMNS) if c not in pairs.ddf.columns]
-    if missing:
-        return skip(EXACT_ID, f"missing columns: {', '.join(missing)}", max_share)
-    if pairs.n == 0:
-        return skip(EXACT_ID, "no rows", max_share)
-    pair_first, prompt_first = pairs.first_copies(PAIR_COLUMNS), pairs.first_copies(["prompt"])
+    cannot = unusable(EXACT_ID, list(pairs.ddf.columns), pairs.n, ("id", *PAIR_COLUMNS), max_share)
+    if cannot is not None:
+        return cannot
+    pair_first, prompt_first = pairs.first_copies(list(PAIR_COLUMNS)), pairs.first_copies(["prompt"])
     rows = np.arange(pairs.n)
     dup_pair = pair_first != rows
     offending = np.flatnonzero(dup_pair | (prompt_first != rows) if fail_on_repeated_prompts else dup_pair)
@@ -480,22 +486,17 @@ def exact_duplicates(ddf: Any, *, max_share: float = DEFAULT_MAX_SHARE,
 
 
 def near_duplicates(ddf: Any, threshold: float = DEFAULT_JACCARD, num_perm: int = DEFAULT_NUM_PERM,
-                    ngram: int = DEFAULT_NGRAM, scope: str = DEFAULT_SCOPE, *, max_share: float = DEFAULT_MAX_SHARE,
-                    seed: int = 0) -> CheckResult:
+                    ngram: int = DEFAULT_NGRAM, scope: str = DEFAULT_SCOPE, *, max_share: float = NEAR_MAX_SHARE,
+                    seed: int = DEFAULT_SEED) -> CheckResult:
     """`check_near_duplicates` over a Dask DataFrame (`_near_clusters`), its result made by the
     one-process result function (dedup.py `near_duplicates_result`) from the clusters."""
     from .dedup import near_duplicates_result
 
-    if scope not in ("prompt", "pair"):
-        raise ValueError(f"scope must be 'prompt' or 'pair', got {scope!r}")
+    columns = list(near_columns(scope))
     pairs = _as_pairs(ddf)
-    needed = ["id", "prompt"] if scope == "prompt" else ["id", *PAIR_COLUMNS]
-    missing = [c for c in needed if c not in pairs.ddf.columns]
-    if missing:
-        return skip(NEAR_ID, f"missing columns: {', '.join(missing)}", max_share)
-    if pairs.n == 0:
-        return skip(NEAR_ID, "no rows", max_share)
-    columns = needed[1:]
+    cannot = unusable(NEAR_ID, list(pairs.ddf.columns), pairs.n, ["id", *columns], max_share)
+    if cannot is not None:
+        return cannot
     found = _near_clusters(pairs.sources, columns, pairs.n, pairs.first_copies(columns), threshold=threshold,
                            num_perm=num_perm, ngram=ngram, seed=seed)
     in_clusters = np.flatnonzero(np.isin(found.cluster, found.cluster[found.flagged]))
@@ -539,7 +540,7 @@ def split_isolation(ddf: Any, eval_ddf: Any = None, votes: pl.DataFrame | None =
     import dask
     import dask.dataframe as dd
 
-    from .isolation import CHECK_ID, check_split_isolation
+    from .isolation import check_split_isolation, split_isolation_result
 
     pairs = ddf.ddf if isinstance(ddf, _Pairs) else ddf
     parts = ddf.parts if isinstance(ddf, _Pairs) else pairs.to_delayed()
@@ -553,7 +554,7 @@ def split_isolation(ddf: Any, eval_ddf: Any = None, votes: pl.DataFrame | None =
     sources, n = train + held, n_train + n_eval
     first = _first_copies(sources, ["prompt"], n)
     found = _near_clusters(sources, ["prompt"], n, first, threshold=near_threshold, num_perm=DEFAULT_NUM_PERM,
-                           ngram=DEFAULT_NGRAM, seed=0)
+                           ngram=DEFAULT_NGRAM, seed=DEFAULT_SEED)
     exact = first[n_train:] < n_train
     near = (found.cluster[n_train:] < n_train) & ~exact  # the component's smallest position is a train row
 
@@ -585,17 +586,10 @@ def split_isolation(ddf: Any, eval_ddf: Any = None, votes: pl.DataFrame | None =
         leaky |= np.concatenate(dask.compute(*[dask.delayed(_eval_flags)(s.part, s.kind, voted, shared_sources)
                                               for s in held]))
     offending = _ids(sources, n_train + np.flatnonzero(leaky), n)[n_train:].filter(pl.Series(leaky)).to_list()
-    # the one-process check's message, details and status (isolation.py), from the same figures
-    share = len(offending) / n_eval
-    texts = [f"{int(exact.sum())} eval prompts also in train", f"{int(near.sum())} near-duplicates of train prompts"]
-    if shared_annotators:
-        texts.append(f"annotators in both: {', '.join(shared_annotators[:10])}")
-    if shared_sources:
-        texts.append(f"sources in both: {', '.join(shared_sources[:10])}")
-    details = {"n_eval": n_eval, "n_train": n_train, "n_exact": int(exact.sum()), "n_near": int(near.sum()),
-               "shared_annotators": shared_annotators, "shared_sources": shared_sources, "n_offending": len(offending)}
-    status = "pass" if not offending and not shared_annotators and not shared_sources else "fail"
-    return CheckResult(CHECK_ID, status, share, 0.0, tuple(offending), "; ".join(texts), details)
+    # the one-process check's verdict (isolation.py), from the same figures
+    return split_isolation_result(offending, n_train=n_train, n_eval=n_eval, n_exact=int(exact.sum()),
+                                  n_near=int(near.sum()), shared_annotators=shared_annotators,
+                                  shared_sources=shared_sources)
 
 
 VOTE_COLUMNS = ["pair_id", "annotator", "vote"]
@@ -662,63 +656,96 @@ def votes_frame(votes: pl.DataFrame, partitions: int | None = None) -> tuple[Any
 # runs
 
 
+@dataclass
+class DaskRun:
+    """What a Dask engine (a registry entry's `dask_engine`) is called with, beside its parameters:
+    the pairs (their partitions as `_Pairs`, made when first asked for: one count of the rows, and
+    the exact copies the duplicate checks share), a separate eval set, the long votes table."""
+
+    ddf: Any
+    eval_ddf: Any = None
+    votes: pl.DataFrame | None = None
+    shards: list[_Shard] | None = None
+    _pairs: _Pairs | None = None
+
+    @property
+    def pairs(self) -> _Pairs:
+        if self._pairs is None:
+            self._pairs = _Pairs(self.ddf, self.shards)
+        return self._pairs
+
+
+# each check's Dask engine, as its registry entry names it: the rows its way, the verdict its rule module's
+def exact_duplicates_on(run: DaskRun, **params: Any) -> CheckResult:
+    return exact_duplicates(run.pairs, **params)
+
+
+def near_duplicates_on(run: DaskRun, **params: Any) -> CheckResult:
+    return near_duplicates(run.pairs, **params)
+
+
+def split_isolation_on(run: DaskRun, **params: Any) -> CheckResult:
+    return split_isolation(run.pairs, run.eval_ddf, run.votes, **params)
+
+
+def agreement_on(run: DaskRun, **params: Any) -> CheckResult:
+    return agreement(run.votes, **params)
+
+
+def _run_engine(check_id: str, run: DaskRun, params: dict[str, Any]) -> CheckResult:
+    """A check that does not run partition by partition, by the code its registry entry names."""
+    check = CHECKS[check_id]
+    return check.code(check.dask_engine)(run, **params)
+
+
 def run_distributed(ddf: Any, config: dict[str, Any] | None = None, only: list[str] | None = None, *,
                     eval_ddf: Any = None, votes: pl.DataFrame | None = None, comparisons: pl.DataFrame | None = None,
                     lost: pl.DataFrame | None = None) -> list[CheckResult]:
-    """The checks of ON_DASK (or those in `only`) over `ddf` (a Dask DataFrame of pairs: id, prompt,
+    """The checks of `on_dask()` (or those in `only`) over `ddf` (a Dask DataFrame of pairs: id, prompt,
     chosen, rejected, and split, source, annotators where there), with the parameters of
     `config["checks"]` (the checklist YAML's shape), in registry order. `eval_ddf`: a separate eval
     set (split_isolation); `votes`: the long votes table (agreement, split_isolation's annotators);
     `comparisons` and `lost`: degenerate_pairs' tie labels and the rows lost at read. Runs on
     whatever Dask scheduler is current (a `distributed.Client` when one is active)."""
     checks = (config or {}).get("checks", {})
-    wanted = only or list(ON_DASK)
-    unknown = [c for c in wanted if c not in ON_DASK]
+    available = on_dask()
+    wanted = only or available
+    unknown = [c for c in wanted if c not in available]
     if unknown:
-        raise ValueError(f"not run on Dask: {', '.join(unknown)} (available: {', '.join(ON_DASK)})")
-    results = row_local(ddf, [c for c in wanted if c in ROW_LOCAL], checks, comparisons, lost)
-    pairs = _Pairs(ddf) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(wanted) else None
+        raise ValueError(f"not run on Dask: {', '.join(unknown)} (available: {', '.join(available)})")
+    by_partition = partition_checks()
+    results = row_local(ddf, [c for c in wanted if c in by_partition], checks, comparisons, lost)
+    run = DaskRun(ddf, eval_ddf, votes)
     for check_id in wanted:
         if check_id not in results:
-            results[check_id] = _run_compared(check_id, pairs, _params(checks.get(check_id)), eval_ddf, votes)
+            results[check_id] = _run_engine(check_id, run, _params(checks.get(check_id)))
     return [results[c] for c in wanted]
-
-
-def _run_compared(check_id: str, pairs: Any, params: dict[str, Any], eval_ddf: Any,
-                  votes: pl.DataFrame | None) -> CheckResult:
-    """One check that is not row-local, with its parameters (its function's defaults under them)."""
-    if check_id == EXACT_ID:
-        return exact_duplicates(pairs, **params)
-    if check_id == NEAR_ID:
-        return near_duplicates(pairs, **params)
-    if check_id == "split_isolation":
-        return split_isolation(pairs, eval_ddf, votes, **params)
-    return agreement(votes, **params)
 
 
 def run_on_dask(inputs: CheckInputs, config: dict[str, Any], check_ids: list[str], run_one: Callable[..., list],
                 partition_rows: int = 250_000) -> dict[str, list[CheckResult]]:
-    """The checks `check_ids` (of ON_DASK, none waived) on the current Dask client over the pairs of
+    """The checks `check_ids` (of `on_dask()`, none waived) on the current Dask client over the pairs of
     `inputs` (`pairs_frame`), each as a list of results as checklist.py's `run_checklist_on_dask`
     takes them; `run_one` is checklist.py's (a check that raises reports `error`; its seconds)."""
     ddf, eval_ddf = pairs_frame(inputs, partition_rows)
     checks = config["checks"]
     results: dict[str, list[CheckResult]] = {}
-    rows = [c for c in check_ids if c in ROW_LOCAL]
+    by_partition = partition_checks()
+    rows = [c for c in check_ids if c in by_partition]
     started = time.perf_counter()
     try:  # the row-local checks in one pass over the partitions; their time is shared
-        computed = row_local(ddf, rows, checks, inputs.comparisons, lost_for(inputs, "degenerate_pairs")) if rows else {}
+        # the rows lost at read as they are: each check's binding takes those it counts (registry.lost_for)
+        computed = row_local(ddf, rows, checks, inputs.comparisons, inputs.lost) if rows else {}
     except Exception as exc:
         computed = {c: CheckResult(c, "error", message=f"{type(exc).__name__}: {exc}".splitlines()[0]) for c in rows}
     seconds = round(time.perf_counter() - started, 3)
     for c in rows:
         computed[c].details.setdefault("seconds", seconds)
         results[c] = [computed[c]]
-    pairs = (_Pairs(ddf, shards_of(inputs)) if {EXACT_ID, NEAR_ID, "split_isolation"} & set(check_ids)
-             else None)
+    run = DaskRun(ddf, eval_ddf, inputs.votes, shards_of(inputs))
     for c in check_ids:
-        if c not in ROW_LOCAL:
-            results[c] = run_one(c, lambda **p: _run_compared(c, pairs, p, eval_ddf, inputs.votes),  # noqa: B023
+        if c not in by_partition:
+            results[c] = run_one(c, lambda **p: _run_engine(c, run, p),  # noqa: B023
                                  lambda _i: {}, _params(checks.get(c)), inputs)
     return results
 

@@ -49,7 +49,7 @@ from prefdata.checks.frames import has_text, text_chars
 CHECK_PREFIX = "gx"
 DEFAULT_MAX_LENGTH_RATIO = default("gx", "max_length_ratio")  # set in checks/checklist.yaml: length_ratio's
 DEFAULT_MIN_ROWS = default("gx", "min_rows")
-DEFAULT_MAX_TEXT_CHARS = 1_048_576
+DEFAULT_MAX_TEXT_CHARS = default("gx", "max_text_chars")
 # Ratio for a pair with an empty side: "infinitely" lopsided, but a finite float so GX results,
 # JSON and plots stay well-formed. Far above any real ratio (max_text_chars / 1 is ~1e6).
 EMPTY_SIDE_RATIO = 1e9

@@ -18,6 +18,7 @@ from prefdata.data.records import normalise_series
 
 CHECK_ID = "split_isolation"
 EVAL_SPLITS = ("test", "eval", "evaluation", "validation", "valid", "dev")
+NEAR_THRESHOLD = default(CHECK_ID, "near_threshold")  # checklist.yaml: near_duplicates' threshold
 
 
 def split_train_eval(pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
@@ -47,7 +48,7 @@ def check_split_isolation(
     train: pl.DataFrame,
     eval_pairs: pl.DataFrame | None,
     votes: pl.DataFrame | None = None,
-    near_threshold: float = default("split_isolation", "near_threshold"),
+    near_threshold: float = NEAR_THRESHOLD,
 ) -> CheckResult:
     """Offending = eval rows whose prompt is also in train (exactly, or at Jaccard >= near_threshold),
     or that were labelled by an annotator or come from a source that train also has."""
@@ -71,13 +72,23 @@ def check_split_isolation(
         shared_sources = sorted(set(train["source"].drop_nulls().to_list()) & set(eval_pairs["source"].drop_nulls().to_list()))
         leaky |= eval_pairs["source"].is_in(shared_sources).fill_null(False).to_numpy()
     offending = eval_pairs["id"].filter(pl.Series(leaky)).to_list()
-    share = len(offending) / eval_pairs.height
-    parts = [f"{int(exact.sum())} eval prompts also in train", f"{int(near.sum())} near-duplicates of train prompts"]
+    return split_isolation_result(offending, n_train=n_train, n_eval=eval_pairs.height, n_exact=int(exact.sum()),
+                                  n_near=int(near.sum()), shared_annotators=shared_annotators,
+                                  shared_sources=shared_sources)
+
+
+def split_isolation_result(offending: list[str], *, n_train: int, n_eval: int, n_exact: int, n_near: int,
+                           shared_annotators: list[str], shared_sources: list[Any]) -> CheckResult:
+    """check_split_isolation's verdict from what it found: the leaky eval rows' ids, how many eval
+    prompts are in train exactly or nearly, and the annotators and sources both sides share. The Dask
+    run (checks/distributed.py) finds those its own way and builds its result here too."""
+    share = len(offending) / n_eval
+    parts = [f"{n_exact} eval prompts also in train", f"{n_near} near-duplicates of train prompts"]
     if shared_annotators:
         parts.append(f"annotators in both: {', '.join(shared_annotators[:10])}")
     if shared_sources:
-        parts.append(f"sources in both: {', '.join(shared_sources[:10])}")
-    details = {"n_eval": eval_pairs.height, "n_train": n_train, "n_exact": int(exact.sum()), "n_near": int(near.sum()),
+        parts.append(f"sources in both: {', '.join(map(str, shared_sources[:10]))}")
+    details = {"n_eval": n_eval, "n_train": n_train, "n_exact": n_exact, "n_near": n_near,
                "shared_annotators": shared_annotators, "shared_sources": shared_sources, "n_offending": len(offending)}
     status = "pass" if not offending and not shared_annotators and not shared_sources else "fail"
     return CheckResult(CHECK_ID, status, share, 0.0, tuple(offending), "; ".join(parts), details)

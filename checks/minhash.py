@@ -59,11 +59,15 @@ from typing import Callable, Protocol
 import numpy as np
 import polars as pl
 
+from .base import default
 from .frames import large_binary
 
-# Defaults (checks/dedup.py cites the sources for 5-grams, ~128 values and Jaccard 0.8).
-DEFAULT_NUM_PERM = 128
-DEFAULT_NGRAM = 5
+# near_duplicates' parameters, set in checks/checklist.yaml (checks/dedup.py cites the sources for
+# 5-grams, ~128 values and Jaccard 0.8). The constants below are the engine's own tuning, not check
+# parameters: how it bounds its memory and time, and the probabilities (< 1e-9, 0.999) with which a
+# pair at the threshold stays found; a config has no reason to change them.
+DEFAULT_NUM_PERM = default("near_duplicates", "num_perm")
+DEFAULT_NGRAM = default("near_duplicates", "ngram")
 # A pair exactly at the threshold Jaccard must become an LSH candidate with at least this probability.
 MIN_CANDIDATE_PROB = 0.999
 # Buckets larger than this are linked as a star to their first member instead of all pairs.

@@ -15,14 +15,32 @@ ranges and choices of its parameters, and the traits the three runners read:
                  whole conversation (`prompt`, every turn), the final replies (`chosen`, `rejected`),
                  or the user's turns alone (bound by `_user_turns`: the assistant's earlier turns are
                  no leak, no benchmark prompt and no harmful request)
+    engines      where it runs: IN_MEMORY (always), SHARDS (a sharded run: checks/batched.py), DASK
+                 (checks/distributed.py); a runner gives a check it may not run one line (a skip)
+    shard_engine its own code over the shards ("module:function", imported when a sharded run needs
+                 it) when it needs the text and is not row-local (row-local ones run shard by shard)
+    dask_engine  its own code on Dask ("module:function": dask loads only then) when it is not a
+                 row-local check that needs nothing else (those run partition by partition)
+    background   run on a thread beside the others (its time spent in Python, theirs in polars)
+    run_first    run before the others: it leaves in CheckInputs.derived what a later one reuses
 
-checklist.py runs CHECKS in memory, batched.py and distributed.py pick from them by these traits;
-none keeps a list of its own. Parameter defaults live in checks/checklist.yaml (base.default).
+checklist.py runs the checks in memory, batched.py and distributed.py pick from them by these traits;
+none keeps a list of its own (tests/test_registry.py). Parameter defaults of the built-in checks live
+in checks/checklist.yaml (base.default).
+
+CHECKS is the built-in checks (BUILT_IN) and, after them, the checks registered from outside: the
+generic registry's kind "check" (prefdata/base/registry.py: the entry-point group `prefdata.checks`
+and the `[checks]` table of the file PREFDATA_REGISTRY names), each entry naming a `Check` object.
+A plugin cannot edit checklist.yaml, so its defaults are its function's keyword defaults
+(`plugin_defaults`, which checklist.py's default config adds). They load on first use, not at import
+(a plugin's module imports this one), once per registry file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +138,13 @@ class Merge:
     derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
+# the engines a check may run on (Check.engines)
+IN_MEMORY, SHARDS, DASK = "memory", "shards", "dask"
+ENGINES = (IN_MEMORY, SHARDS, DASK)
+EVERYWHERE = ENGINES
+NOT_ON_DASK = (IN_MEMORY, SHARDS)
+
+
 @dataclass(frozen=True)
 class Check:
     function: Callable[..., Any]
@@ -135,6 +160,38 @@ class Check:
     # for a list): such a value turns the check off, which is a waiver, and load_config asks for one
     off_at: dict[str, str] = field(default_factory=dict)
     reads: str = ""
+    # where it runs (module docstring); a check from outside runs in memory unless it says more
+    engines: tuple[str, ...] = (IN_MEMORY,)
+    shard_engine: str | None = None  # "module:function", called (inputs: CheckInputs, **params)
+    dask_engine: str | None = None   # "module:function", called (run: distributed.DaskRun, **params)
+    background: bool = False
+    run_first: bool = False
+
+    def runs_on(self, engine: str) -> bool:
+        return engine in self.engines
+
+    def code(self, target: str) -> Callable[..., Any]:
+        """An engine's "module:function" (this check's shard_engine or dask_engine), imported now."""
+        import importlib
+
+        module, _, name = target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def problems(self) -> list[str]:
+        """What makes these traits contradict each other (a plugin with any is refused)."""
+        found = [f"unknown engine {e!r} (use {', '.join(ENGINES)})" for e in self.engines if e not in ENGINES]
+        if IN_MEMORY not in self.engines:
+            found.append(f"every check runs {IN_MEMORY!r}")
+        if self.runs_on(SHARDS) and self.needs_text and not self.row_local and not self.shard_engine:
+            found.append(f"it needs the responses' text and is not row-local: {SHARDS!r} needs a shard_engine")
+        if self.runs_on(DASK) and not (self.row_local and not self.needs) and not self.dask_engine:
+            found.append(f"only a row-local check that needs nothing else runs on {DASK!r} without a dask_engine")
+        found += [f"{name} {target!r} is not module:function" for name, target in
+                  (("shard_engine", self.shard_engine), ("dask_engine", self.dask_engine))
+                  if target is not None and target.count(":") != 1]
+        if not callable(self.function) or not callable(self.bind):
+            found.append("its function and bind must be callables")
+        return found
 
     def turns_off(self, name: str, value: Any) -> bool:
         end = self.off_at.get(name)
@@ -164,90 +221,182 @@ def _train_and_eval(i: CheckInputs) -> dict[str, Any]:
     return {"train": train, "eval_pairs": i.eval_pairs if i.eval_pairs is not None else held_out, "votes": i.votes}
 
 
-CHECKS: dict[str, Check] = {
+BUILT_IN: dict[str, Check] = {
     "prompt_distribution": Check(
         content.check_prompt_distribution,
         lambda i: {"prompts": isolation.split_train_eval(i.pairs)[0]["prompt"], "reference": i.reference_prompts},
         ranges={"alpha": P_VALUE, "max_samples": POSITIVE, "seed": COUNT, "n_permutations": POSITIVE},
         needs=("reference_prompts",),
-        reads="the whole conversation (prompt) of the train split"),
+        reads="the whole conversation (prompt) of the train split", engines=NOT_ON_DASK),
     "same_policy": Check(structure.check_same_policy,
                          lambda i: {"pairs": i.pairs, "comparisons": i.comparisons, "lineage": i.lineage},
-                         reads="the models recorded for each reply (no text)"),
+                         reads="the models recorded for each reply (no text)", engines=NOT_ON_DASK),
     "length_ratio": Check(structure.check_length_ratio, _pairs,
                           ranges={"max_ratio": LENGTH_RATIO, "max_violation_share": SHARE},
                           off_at={"max_violation_share": "high"},
                           merge=Merge(structure.length_ratio_message, structure.length_ratio_merged),
-                          reads="the final replies"),
+                          reads="the final replies", engines=EVERYWHERE),
     "agreement": Check(
         agreement.check_agreement, lambda i: {"votes": i.votes},
         ranges={"threshold": Range(-1, 1),  # Krippendorff's alpha: 1 perfect, 0 chance, < 0 worse
                 "max_quality_gap": SHARE, "min_annotator_quality": SHARE,  # Dawid-Skene qualities are accuracies
                 "min_annotator_votes": COUNT},
         choices={"level": agreement.LEVELS}, needs=("votes",), off_at={"threshold": "low"},
-        reads="the annotators' votes (no text)"),
+        reads="the annotators' votes (no text)", engines=EVERYWHERE,
+        dask_engine="prefdata.checks.distributed:agreement_on"),
     # no result unless the votes carry the dataset's labels (a label audit): never a skip
     "label_audit": Check(agreement.check_label_audit, lambda i: {"votes": i.votes},
                          ranges={"min_agreement": SHARE}, needs=("votes",), off_at={"min_agreement": "low"},
-                         reads="the audit's votes and the dataset's labels (no text)"),
+                         reads="the audit's votes and the dataset's labels (no text)", engines=NOT_ON_DASK),
     "safety": Check(content.check_safety, _user_turns,
                     ranges={"max_flagged_share": SHARE, "score_threshold": SHARE},  # a classifier's score
                     off_at={"max_flagged_share": "high", "fail_on": "empty", "score_threshold": "high"},
                     merge=Merge(content.safety_message), needs_text=True,
-                    reads="the user turns and the chosen reply"),
+                    reads="the user turns and the chosen reply", engines=EVERYWHERE),
     "category_coverage": Check(content.check_category_coverage, _pairs, ranges={"min_share": SHARE},
                                off_at={"min_share": "low"},
-                               reads="the category column, else the whole conversation (keyword tagger)"),
+                               reads="the category column, else the whole conversation (keyword tagger)",
+                               engines=NOT_ON_DASK),
     "answer_leakage": Check(content.check_answer_leakage, _user_turns,
                             ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True), "min_chars": COUNT},
                             merge=Merge(content.leakage_message), needs_text=True,
-                            reads="the user turns, for the chosen reply (or a reference answer)"),
+                            reads="the user turns, for the chosen reply (or a reference answer)", engines=EVERYWHERE),
     "label_direction": Check(direction.check_label_direction, lambda i: {"pairs": i.pairs, "verdicts": i.verdicts},
                              ranges={"min_agreement": SHARE}, needs=("verdicts",), off_at={"min_agreement": "low"},
-                             reads="the scorer's verdicts; a judge sees the whole conversation and both final replies"),
+                             reads="the scorer's verdicts; a judge sees the whole conversation and both final replies",
+                             engines=NOT_ON_DASK),
     "split_isolation": Check(isolation.check_split_isolation, _train_and_eval, ranges={"near_threshold": SIMILARITY},
-                             reads="the whole conversation (prompt), annotators and sources"),
+                             reads="the whole conversation (prompt), annotators and sources", engines=EVERYWHERE,
+                             dask_engine="prefdata.checks.distributed:split_isolation_on"),
     # reads the prompts only (and their messages), which a sharded run's thin frame has: it runs there unchanged
     "decontamination": Check(isolation.check_decontamination,
                              lambda i: {"pairs": with_user_turns(i.pairs), "benchmarks": i.benchmarks},
                              ranges={"ngram": POSITIVE, "max_overlap": Range(0, 1, high_open=True),
                                      "max_contaminated_share": SHARE},
                              needs=("benchmarks",), off_at={"max_contaminated_share": "high"},
-                             reads="the user turns"),
+                             reads="the user turns", engines=NOT_ON_DASK),
     "min_size": Check(structure.check_min_size, _pairs, ranges={"min_pairs": COUNT, "min_pairs_hard": COUNT},
                       choices={"kind": structure.SIZE_KINDS}, off_at={"min_pairs": "low", "min_pairs_hard": "low"},
-                      reads="the row count"),
+                      reads="the row count", engines=NOT_ON_DASK),
     "sft_subset": Check(structure.check_sft_subset, lambda i: {"pairs": i.pairs, "sft": i.sft},
                         ranges={"min_ratio": Range(0)}, off_at={"min_ratio": "low"},  # SFT rows / train pairs
-                        reads="the chosen replies and the SFT subset"),
+                        reads="the chosen replies and the SFT subset", engines=NOT_ON_DASK),
     "annotation_guidelines": Check(structure.check_annotation_guidelines, lambda i: {"card_text": i.card_text},
                                    ranges={"min_chars": COUNT},  # no card is a failure, not a skip
-                                   reads="the dataset card"),
+                                   reads="the dataset card", engines=NOT_ON_DASK),
     "exact_duplicates": Check(dedup.check_exact_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
                               ranges={"max_share": SHARE}, needs_text=True, off_at={"max_share": "high"},
-                              reads="the whole conversation and both final replies"),
+                              reads="the whole conversation and both final replies", engines=EVERYWHERE,
+                              shard_engine="prefdata.checks.batched:exact_duplicates",
+                              dask_engine="prefdata.checks.distributed:exact_duplicates_on"),
     "near_duplicates": Check(dedup.check_near_duplicates, lambda i: {"pairs": i.pairs, "derived": i.derived},
                              ranges={"threshold": SIMILARITY, "num_perm": POSITIVE, "ngram": POSITIVE,
                                      "max_share": SHARE, "seed": COUNT},
                              choices={"scope": ("pair", "prompt")}, needs_text=True, off_at={"max_share": "high"},
-                             reads="the whole conversation and both final replies (scope prompt: the conversation)"),
+                             reads="the whole conversation and both final replies (scope prompt: the conversation)",
+                             engines=EVERYWHERE, shard_engine="prefdata.checks.batched:near_duplicates",
+                             dask_engine="prefdata.checks.distributed:near_duplicates_on",
+                             # it hashes the normalised texts for exact_duplicates in the pass it makes anyway
+                             run_first=True),
     "degenerate_pairs": Check(structure.check_degenerate_pairs,
                               lambda i: {"pairs": i.pairs, "comparisons": i.comparisons,
                                          "lost": lost_for(i, "degenerate_pairs")},
                               merge=Merge(structure.degenerate_message), needs_text=True,
-                              reads="the final replies, and the comparisons' labels"),
+                              reads="the final replies, and the comparisons' labels", engines=EVERYWHERE),
     "unreadable_rows": Check(structure.check_unreadable_rows,
                              lambda i: {"lost": lost_for(i, "unreadable_rows"),
                                         "n_read": i.rows_read if i.rows_read is not None else i.pairs.height},
                              ranges={"max_share": SHARE}, off_at={"max_share": "high"},
-                             reads="the rows left out at read"),
+                             reads="the rows left out at read", engines=NOT_ON_DASK),
     "gx": Check(gx_suite.run_expectations, lambda i: {"pairs": i.pairs, "docs_dir": i.docs_dir},
                 ranges={"max_length_ratio": LENGTH_RATIO, "max_text_chars": POSITIVE, "min_rows": COUNT},
-                reads="the whole conversation (prompt) and the final replies: nulls, lengths, ids"),
+                reads="the whole conversation (prompt) and the final replies: nulls, lengths, ids", engines=NOT_ON_DASK,
+                # great_expectations spends its time in its own Python (its import alone 3-6 s), the other
+                # checks theirs in polars and numpy, which release the GIL: on two cores they overlap
+                background=True),
     "template_fit": Check(template_fit.check_template_fit, lambda i: {"pairs": i.pairs, "tokenizer": i.tokenizer,
                                                                            "rendering": i.rendering},
                           ranges={"max_length": POSITIVE, "max_offending_share": SHARE},
                           off_at={"max_offending_share": "high"},
                           merge=Merge(template_fit.fit_message), needs_text=True, needs=("tokenizer",),
-                          reads="the whole conversation with each final reply, rendered as the trainer renders it"),
+                          reads="the whole conversation with each final reply, rendered as the trainer renders it",
+                          engines=NOT_ON_DASK),  # a Dask run has no tokenizer
 }
+
+
+# -- every check: the built-ins, then those registered from outside ----------------------------------
+
+
+def _registered() -> dict[str, Check]:
+    """The checks of the generic registry's kind "check", each entry's `Check` loaded; one line
+    (UnusableInput) for an entry that names no usable Check or takes a built-in's name."""
+    from prefdata.base.errors import UnusableInput
+    from prefdata.base.registry import entries, load
+
+    found: dict[str, Check] = {}
+    for name, entry in entries("check").items():
+        where = f"check {name!r} ({entry.source}: {entry.target})"
+        if name in BUILT_IN:
+            raise UnusableInput(f"{where}: {name!r} is a built-in check's name; register it under another name")
+        check = load("check", name, "check")
+        if not isinstance(check, Check):
+            raise UnusableInput(f"{where} is a {type(check).__name__}, not a prefdata.checks.registry.Check; "
+                                "point the entry at a Check(...) object")
+        problems = check.problems()
+        if problems:
+            raise UnusableInput(f"{where}: its traits do not hold: {'; '.join(problems)}")
+        found[name] = check
+    return found
+
+
+class _Checks(Mapping[str, Check]):
+    """BUILT_IN, then the registered checks, loaded on first use (a plugin's module imports this one,
+    so not at import) and again when PREFDATA_REGISTRY names another file or its file changed."""
+
+    def __init__(self) -> None:
+        self._loaded: tuple[Any, dict[str, Check]] | None = None
+
+    def _all(self) -> dict[str, Check]:
+        from prefdata.base.registry import FILE_ENV
+
+        path = os.environ.get(FILE_ENV)
+        try:  # the file as it is now: another file, or this one edited, is read again
+            stat = os.stat(path) if path else None
+            key = (path, stat.st_mtime_ns, stat.st_size) if stat else path
+        except OSError:
+            key = path  # base.registry says in one line that it is missing
+        if self._loaded is None or self._loaded[0] != key:
+            self._loaded = (key, {**BUILT_IN, **_registered()})
+        return self._loaded[1]
+
+    def __getitem__(self, check_id: str) -> Check:
+        return self._all()[check_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+CHECKS: Mapping[str, Check] = _Checks()
+
+
+def plugin_defaults() -> dict[str, dict[str, Any]]:
+    """check id -> its parameters' defaults, for each check registered from outside: its function's
+    keyword defaults (a plugin cannot edit checklist.yaml; its Check's function declares them)."""
+    return {check_id: {name: list(p.default) if isinstance(p.default, tuple) else p.default
+                       for name, p in inspect.signature(check.function).parameters.items()
+                       if name not in BOUND and _plain(p.default)}
+            for check_id, check in CHECKS.items() if check_id not in BUILT_IN}
+
+
+def _plain(value: Any) -> bool:
+    """A default a config can write (YAML's and the report's JSON's values); others stay the function's."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+# Data arguments with a default that are not tunable: the runner binds them, a config may not set them.
+BOUND = ("derived",)

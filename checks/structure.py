@@ -49,8 +49,8 @@ DEFAULT_FOLD_CASE = default("degenerate_pairs", "fold_case")  # false for data a
 # names no size; 0.2 x the train pairs is this project's default, not the seed's.
 DEFAULT_MIN_SFT_RATIO = default("sft_subset", "min_ratio")
 # Item 12: annotation guidelines / rubric / edge cases recorded in the README. The seed gives no
-# length; 40 characters is about one real sentence, enough to tell text from a stub.
-DEFAULT_MIN_GUIDELINE_CHARS = 40
+# length; 40 characters is about one real sentence, enough to tell text from a stub (checklist.yaml).
+DEFAULT_MIN_GUIDELINE_CHARS = default("annotation_guidelines", "min_chars")
 TOP_MODEL_PAIRS = 20
 EXAMPLES_PER_REASON = 5
 DEGENERATE_REASONS = ("identical", "empty_chosen", "empty_rejected", "tie_label", "tied_scores")

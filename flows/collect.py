@@ -90,28 +90,25 @@ class JudgeUnavailable(RuntimeError):
     and never cached with the gap."""
 
 
-@functools.lru_cache(maxsize=2)
-def _reward_model(path: str):
-    from prefdata.collect.judging import RewardModelJudge
-
-    return RewardModelJudge(path)
-
-
-_IN_PROCESS: dict[tuple, object] = {}  # the loaded local LLM judge, shared by this process's judging tasks
-_IN_PROCESS_LOCK = threading.Lock()
+_LOADED: dict[str, object] = {}  # judges holding a model in this process (an in-process LLM, a reward model)
+_LOADED_LOCK = threading.Lock()
+KEEP_LOADED = 2  # a cascade's two judges; a third replaces the one used longest ago
+# The Judge fields (runtime) a backend's judge may take as options (prefdata.base.specs)
+JUDGE_OPTIONS = ("requests_in_flight", "timeout_s", "max_retries", "api_key_env")
 
 
-def _in_process_judge(identity: dict):
-    """One loaded model for every judging task of this process (loading per chunk would cost more than
-    judging it); another judge replaces it."""
-    from prefdata.collect.judging import PairwiseLLMJudge
-
-    key = (identity["model"], identity["template"], identity["max_tokens"])
-    with _IN_PROCESS_LOCK:
-        if key not in _IN_PROCESS:
-            _IN_PROCESS.clear()
-            _IN_PROCESS[key] = PairwiseLLMJudge(None, *key[:2], max_tokens=key[2])
-        return _IN_PROCESS[key]
+def _loaded_judge(identity: dict, make):
+    """One loaded judge per identity for every judging task of this process (loading per chunk would cost
+    more than judging it); at most KEEP_LOADED of them, the one used longest ago let go first."""
+    key = json.dumps(identity, sort_keys=True)
+    with _LOADED_LOCK:
+        if key in _LOADED:
+            _LOADED[key] = _LOADED.pop(key)  # used now: the newest
+        else:
+            while len(_LOADED) >= KEEP_LOADED:
+                _LOADED.pop(next(iter(_LOADED)))
+            _LOADED[key] = make()
+        return _LOADED[key]
 
 
 def release_models() -> None:
@@ -124,9 +121,8 @@ def release_models() -> None:
     import gc
 
     _local_sampler.cache_clear()
-    _reward_model.cache_clear()
-    with _IN_PROCESS_LOCK:
-        _IN_PROCESS.clear()
+    with _LOADED_LOCK:
+        _LOADED.clear()
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -135,18 +131,21 @@ def release_models() -> None:
 
 
 def make_judge(identity: dict, runtime: dict):
-    from prefdata.collect.judging import PairwiseLLMJudge, RuleJudge
+    """The judge a Judge's identity() names, built by its registered backend (prefdata.base.specs): the
+    same for prefdata's own kinds and any other package's or the operator's. `runtime`: where it is served
+    and the knobs that do not change its verdicts."""
+    from prefdata.base.specs import backend
+    from prefdata.flows.params import Judge
 
-    if identity["kind"] == "verifier":
-        return RuleJudge(collection.import_target(identity["verifier"]), rule_name=identity["verifier"])
-    if identity["kind"] == "llm" and runtime["base_url"] is None:
-        return _in_process_judge(identity)
-    if identity["kind"] == "llm":
-        return PairwiseLLMJudge(runtime["base_url"], identity["model"], identity["template"],
-                                concurrency=runtime["requests_in_flight"], timeout=runtime["timeout_s"],
-                                max_retries=runtime["max_retries"], api_key_env=runtime.get("api_key_env"),
-                                max_tokens=identity["max_tokens"])
-    return _reward_model(identity["model"])
+    spec = Judge.spec_of(identity, runtime.get("base_url"))
+    found = backend(spec.kind, "judge.kind")
+    options = {k: runtime[k] for k in JUDGE_OPTIONS if k in runtime}
+    if "max_tokens" in identity:
+        options["max_tokens"] = identity["max_tokens"]
+    keeps = getattr(found, "keeps_model", None)
+    if keeps is not None and keeps(spec):
+        return _loaded_judge(identity, lambda: found.judge(spec, options))
+    return found.judge(spec, options)
 
 
 @task(name="judge", cache_policy=CACHED, persist_result=True)

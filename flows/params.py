@@ -10,8 +10,9 @@ from typing import Any, ClassVar, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The defaults `prefdata collect` shares with the collect flow, chosen here for both: what the demo
-# world needs (a few short answers) and what a real model needs. tests/test_options.py holds every
-# command-line default equal to its field's here.
+# world needs (a few short answers) and what a real model needs. The commands build their options
+# from these models' fields (prefdata/commands/options.py): each field's default and description
+# are the option's, so a description reads right in the UI and on the command line alike.
 WORLD = "world"         # the demo world: its prompts (Prompts.source), its SFT model (Policy.model)
 WORLD_PROMPTS = 16      # prompts drawn from the world when n is not given (a file gives all of its own)
 MAX_NEW_TOKENS = 256    # a candidate's most tokens when max_new_tokens is not given
@@ -49,8 +50,8 @@ class Prompts(_Params):
                                            'prompt); or a file: .txt (one prompt a line) or a table with a prompt column '
                                            '(text, or {role, content} messages as TRL\'s conversational format; or a '
                                            'messages column, cut before its last assistant turns).')
-    n: int | None = Field(None, ge=1, description=f"How many prompts: a file gives its first n (None: all); the world "
-                                                  f"draws n (None: {WORLD_PROMPTS}).")
+    n: int | None = Field(None, ge=1, description=f"How many prompts: a file's first n (default: all), or n drawn "
+                                                  f"from the world (default: {WORLD_PROMPTS}).")
 
     @model_validator(mode="before")
     @classmethod
@@ -88,9 +89,9 @@ class Policy(_Params):
                                                       "probability reaches top_p; 1 is off.")
     top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 is off (transformers would "
                                             "otherwise apply its own top_k=50).")
-    max_new_tokens: int | None = Field(None, ge=1, description=f"Longest candidate, in tokens; None: {MAX_NEW_TOKENS}, "
-                                                               f"or {WORLD_MAX_NEW_TOKENS} for the world's SFT model "
-                                                               "(its answers are four digits and an end).")
+    max_new_tokens: int | None = Field(None, ge=1, description=f"Longest candidate, in tokens (default: {MAX_NEW_TOKENS}; "
+                                                               f"{WORLD_MAX_NEW_TOKENS} for the world's SFT model, whose "
+                                                               "answers are four digits and an end).")
     seed: int = Field(0, description="Seed of the run: each chunk samples with a seed drawn from it and its "
                                      "prompts, and random pairing draws from it, so a rerun gives the same candidates.")
     chunk_size: int = Field(8, ge=1, description="Prompts per sampling task: the unit of caching, resuming and fan-out.")
@@ -102,7 +103,7 @@ class Policy(_Params):
                             "hosted name, with no local tokenizer: its server's chat API). Recorded in the draft's "
                             "lineage and card.")
     system_prompt: str | None = Field(None, description="A system prompt put before every prompt (a system turn, or "
-                                                        "the plain text's first paragraph); None: none.")
+                                                        "the plain text's first paragraph); default: none.")
     repair: str | None = Field(None, description="A registered repair rule (prompt, reply) -> the reply edited to "
                                                  "follow the prompt (prefdata.base.registry), or None: each prompt gets one more candidate, the "
                                                  "first one the rule edits, edited (a case-only edit in place of its "
@@ -130,17 +131,25 @@ class Policy(_Params):
         return data
 
 
+# Judge.kind before the one vocabulary of spec kinds (prefdata.base.specs): still read, in saved
+# deployments (prefect.yaml), flow-run parameters and the lineage of older drafts.
+OLD_JUDGE_KINDS = {"verifier": "rule", "reward_model": "rm"}
+
+
 class Judge(_Params):
     REACH = {"base_url": "address", "api_key_env": "env"}
-    kind: Literal["verifier", "llm", "reward_model"] = Field(
-        "verifier", description="verifier: an exact checker decides (the demo world's arithmetic); llm: a pairwise "
-                                "LLM judge, both orders, on an OpenAI-compatible server (base_url) or in process "
-                                "(no base_url: model is a local path); reward_model: a scoring model.")
-    verifier: str = Field("prefdata.world:verify", description="A registered verifier (prompt, completion) -> bool | "
-                                                               "float, by name (world) or its module:function.")
+    kind: str = Field(
+        "rule", description="What decides: the KIND of a KIND:TARGET judge spec, a registered backend offering the "
+                            "judge role (prefdata.base.specs). rule: a verifier decides (the demo world's arithmetic); "
+                            "llm: a pairwise LLM judge, both orders, on an OpenAI-compatible server (base_url) or in "
+                            "process (no base_url: model is a local path); rm: a reward model; or another registered "
+                            "backend, its target in model. The older names verifier and reward_model read as rule "
+                            "and rm.")
+    verifier: str = Field("prefdata.world:verify", description="rule: a registered verifier (prompt, completion) -> "
+                                                               "bool | float, by name (world) or its module:function.")
     base_url: str | None = Field(None, description="llm: the judge server; None runs the model in this process.")
     model: str | None = Field(None, description="llm: the judge model's name (served) or path (in process); "
-                                                "reward_model: its folder.")
+                                                "rm: its folder; another backend: its spec's TARGET.")
     template: str = Field("pairwise-v1", description="llm: the versioned judge template.")
     max_tokens: int = Field(512, ge=1, description="llm: the most tokens a judge's reply may use (a reply cut short "
                                                    "decides nothing).")
@@ -153,7 +162,8 @@ class Judge(_Params):
     limit_name: str = Field("prefdata-judge", description="Name of that global concurrency limit.")
     slot_timeout_s: float | None = Field(None, gt=0, description="Fail a judging task that waits longer than this "
                                                                  "for a slot; None waits.")
-    timeout_s: float = Field(60.0, gt=0, description="llm: seconds per request.")
+    timeout_s: float = Field(60.0, gt=0, description="llm: seconds per request to a judge server (a busy CPU server "
+                                                     "needs more than the default).")
     max_retries: int = Field(4, ge=0, description="llm: retries per request (timeouts, 429, 5xx), with backoff.")
     retry_delays_s: list[float] = Field([10.0, 60.0, 300.0], description="A judging task whose pairs could not all be "
                                         "judged (server down after the per-request retries) is retried after these "
@@ -167,18 +177,55 @@ class Judge(_Params):
     @classmethod
     def _from_spec(cls, data: Any) -> Any:
         """A judge given as a spec string (prefdata.base.specs), the syntax of `collect --judge`:
-        judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:NAME" or "world"."""
+        judge: "llm:MODEL@URL", "llm:PATH", "rm:PATH", "rule:NAME", "world", or another registered
+        backend's "NAME:TARGET"."""
         if not isinstance(data, str):
             return data
         from prefdata.base.specs import parse_spec
 
-        spec = parse_spec(data, ("llm", "rm", "rule"), "judge")
-        if spec.kind == "llm":
-            return {"kind": "llm", "model": spec.target, "base_url": spec.base_url,
-                    **({"template": spec.template} if spec.template else {})}
-        if spec.kind == "rm":
-            return {"kind": "reward_model", "model": spec.target}
-        return {"kind": "verifier", "verifier": spec.target}
+        return cls.fields_of(parse_spec(data, "judge", "judge"))
+
+    @classmethod
+    def fields_of(cls, spec) -> dict[str, Any]:
+        """A judge spec (prefdata.base.specs.Spec) as this model's fields: rule's target is the verifier,
+        any other backend's is model (llm's server and template beside it)."""
+        if spec.kind == "rule":
+            return {"kind": "rule", "verifier": spec.target}
+        return {"kind": spec.kind, "model": spec.target, "base_url": spec.base_url,
+                "template": spec.template or cls.model_fields["template"].default}
+
+    @staticmethod
+    def spec_of(identity: dict, base_url: str | None = None):
+        """The spec a judge's identity() (and where it is served) names: what its backend builds a judge of."""
+        from prefdata.base.specs import Spec
+
+        kind = OLD_JUDGE_KINDS.get(identity["kind"], identity["kind"])  # an identity from before the renaming
+        if kind == "rule":
+            return Spec("rule", identity["verifier"])
+        return Spec(kind, identity["model"], base_url, identity.get("template"))
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, value: Any) -> Any:
+        """An older name as today's; any kind a registered backend offering the judge role (one line listing
+        them otherwise)."""
+        if not isinstance(value, str):
+            return value
+        value = OLD_JUDGE_KINDS.get(value, value)
+        from prefdata.base.errors import UnusableInput
+        from prefdata.base.registry import entries, refusal
+        from prefdata.base.specs import backend, offering
+
+        try:
+            if value not in entries("backend"):
+                judges = offering("judge")
+                raise refusal("backend", value, "judge.kind", list(judges), what="judge backend")
+            if "judge" not in backend(value, "judge.kind").roles:
+                raise UnusableInput(f"judge.kind {value!r}: a {' and '.join(backend(value).roles)} backend, not a "
+                                    f"judge; use one of {', '.join(offering('judge'))}")
+        except UnusableInput as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("verifier")
     @classmethod
@@ -187,18 +234,18 @@ class Judge(_Params):
 
     @model_validator(mode="after")
     def _needs(self) -> "Judge":
-        if self.kind == "llm" and not self.model:
-            raise ValueError("judge kind 'llm' needs model: the served model's name (with base_url) or a local "
-                             "model path (in process)")
-        if self.kind == "reward_model" and not self.model:
-            raise ValueError("judge kind 'reward_model' needs model: the reward model's folder")
+        if self.kind != "rule" and not self.model:
+            what = {"llm": "the served model's name (with base_url) or a local model path (in process)",
+                    "rm": "the reward model's folder"}.get(self.kind, f"the TARGET of its spec {self.kind}:TARGET")
+            raise ValueError(f"judge kind {self.kind!r} needs model: {what}")
         return self
 
     def identity(self) -> dict:
         """What decides the verdicts: the judge's cache key. Where it is served (base_url), timeouts, retries
-        and concurrency are not in it: the same model and template behind another address is the same judge."""
-        keep = {"verifier": ("verifier",), "llm": ("model", "template", "max_tokens"), "reward_model": ("model",)}
-        return {"kind": self.kind, **{k: getattr(self, k) for k in keep[self.kind]}}
+        and concurrency are not in it: the same model and template behind another address is the same judge.
+        Another backend's keeps every field its spec or options may carry."""
+        keep = {"rule": ("verifier",), "llm": ("model", "template", "max_tokens"), "rm": ("model",)}
+        return {"kind": self.kind, **{k: getattr(self, k) for k in keep.get(self.kind, ("model", "template", "max_tokens"))}}
 
     def cascade(self) -> list["Judge"]:
         """This judge and the ones after it (`then`), in the order they see the undecided pairs."""
@@ -237,8 +284,8 @@ class Argilla(_Params):
     REACH = {"url": "address"}
     url: str = Field(description="The Argilla server, e.g. http://127.0.0.1:6900.")
     dataset: str = Field(description="Argilla dataset name.")
-    workspace: str = Field("prefdata", description="Argilla workspace the dataset lives in.")
-    overlap: int = Field(1, ge=1, description="Annotators per record.")
+    workspace: str = Field("prefdata", description="Argilla workspace: the dataset's and its annotators'.")
+    overlap: int = Field(1, ge=1, description="Annotators who must submit each pair (Argilla's TaskDistribution).")
     api_key_secret: str | None = Field(None, description="A Prefect Secret block holding the API key; None reads "
                                                          "ARGILLA_API_KEY from the environment.")
     suggestions: bool = Field(True, description="Show the judge's label as a suggestion (off for blind audits).")
@@ -249,12 +296,12 @@ class Argilla(_Params):
 
 class Humans(_Params):
     REACH = {"queue_dir": "path"}
-    queue_dir: str = Field(".prefdata/queues", description="Where the human queue is written (<name>.jsonl).")
+    queue_dir: str = Field(".prefdata/queues", description="Where the human queue is written (NAME.jsonl).")
     simulated: SimulatedAnnotators | None = Field(None, description="Answer the queue with simulated annotators.")
     argilla: Argilla | None = Field(None, description="Push the queue to Argilla and pull its votes.")
     aggregate: Literal["majority", "dawid-skene"] = Field(
         "majority", description="How a pair's votes become its label: majority (more than half agree, else it stays "
-                                "unlabelled) or dawid-skene (a Dawid-Skene model fitted by EM to all the run's votes "
+                                "unlabelled) or dawid-skene (a Dawid-Skene model fitted by EM to all the votes "
                                 "weighs each annotator by its estimated quality, so a careless or random annotator "
                                 "counts for little; every voted pair gets its most probable label).")
 
@@ -288,9 +335,9 @@ class Engine(_Params):
 class Checks(_Params):
     REACH = {"config": "path", "report_dir": "path", "eval_data": "path", "reference_prompts": "path",
              "benchmarks": "path", "scorer": "spec"}
-    # The checklist's options: `prefdata check`, `publish` and `filter` show these same defaults and
-    # help texts (prefdata/commands/cli.py CheckOpts; tests/test_options.py holds them equal), and
-    # the publishing functions take the same names (prefdata.gate.publishing.validate_version).
+    # The checklist's options: `prefdata check`, `publish` and `filter` are built from these fields
+    # (their defaults and help texts), and the publishing functions take the same names
+    # (prefdata.gate.publishing.validate_version; tests/test_options.py holds those equal).
     config: str | None = Field(None, description="Checklist YAML (thresholds, waivers), small-data (the shipped "
                                                  "preset for smoke runs on a few dozen pairs) or world (the demo "
                                                  "world's waivers); default: the one a validated version was "
@@ -315,14 +362,15 @@ class Checks(_Params):
     @field_validator("scorer")
     @classmethod
     def _scorer(cls, value: str | None) -> str | None:
-        """A rule: scorer names a registered verifier (checked here, before the run starts)."""
+        """A registered backend offering the scorer role; a rule: scorer names a registered verifier
+        (checked here, before the run starts)."""
         if value is None:
             return None
         from prefdata.base.errors import UnusableInput
-        from prefdata.base.specs import KINDS, parse_spec
+        from prefdata.base.specs import parse_spec, silent
 
         try:
-            spec = parse_spec(value, KINDS, "checks.scorer", notice=lambda _: None)
+            spec = parse_spec(value, "scorer", "checks.scorer", notice=silent)
         except UnusableInput as exc:
             raise ValueError(str(exc)) from None
         if spec.kind == "rule":
@@ -338,15 +386,18 @@ class Training(_Params):
     @classmethod
     def _method(cls, value: str) -> str:
         return registered("trainer", value, "training.method", canonical=False)
-    config: dict | str | None = Field(None, description="The trainer's config: a mapping or a YAML path.")
-    base_model: str | None = Field(None, description='The model to train; "world" for the demo world\'s SFT model; '
-                                                     "None: the trainer's default.")
-    output_dir: str | None = Field(None, description="Where the model goes; None: the trainer's default.")
+    config: dict | str | None = Field(None, description="The method's config: a YAML file (in a flow, a mapping too) "
+                                                        "of its fields, TRL's and prefdata's (`prefdata train METHOD "
+                                                        "--show-config` lists them).")
+    base_model: str | None = Field(None, description="The model to start from: a folder, a .gguf file, a hub name, or "
+                                                     "world (the demo world's SFT model); default: the config's.")
+    output_dir: str | None = Field(None, description="Where the model and its card go (default: "
+                                                     ".prefdata/runs/METHOD-NAME-VERSION).")
     chat: Literal["auto", "true", "false"] | None = Field(
-        None, description="Render prompts through the base model's chat template: auto, true or false; None: the "
-                          "config's (auto unless it says otherwise).")
-    system_prompt: str | None = Field(None, description="A system prompt put before every prompt; None: the config's, "
-                                                        "else the one the version records.")
+        None, description="Render prompts through the base model's chat template: auto, true or false (default: "
+                          "the config's chat, auto unless it says otherwise).")
+    system_prompt: str | None = Field(None, description="A system prompt put before every prompt (default: the "
+                                                        "config's, else the one the version records).")
 
     @model_validator(mode="before")
     @classmethod
@@ -413,12 +464,12 @@ def _reach_one(kind: str, value: str, where: str) -> Iterator[tuple[str, str, st
     if kind != "spec":
         yield kind, value, where
         return
-    from prefdata.base.specs import KINDS, parse_spec
+    from prefdata.base.specs import parse_spec, silent
 
-    spec = parse_spec(value, KINDS, where)
+    spec = parse_spec(value, None, where, notice=silent)
     if spec.base_url:
         yield "address", spec.base_url, where
-    elif spec.kind in ("verdicts", "rm", "lm", "llm"):
+    elif spec.kind != "rule":  # a rule names a registered verifier; any other backend's target may be a path
         yield "path", spec.target, where
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from bench.realistic import make_realistic_pairs
 from bench.tiny_models import build_char_tokenizer
-from prefdata.checks.batched import PER_SHARD
+from prefdata.checks.batched import per_shard
 from prefdata.checks.checklist import default_config, run_checklist
 from prefdata.gate.runner import load_inputs
 from prefdata.data.importer import import_file, import_file_to_store, import_to_store
@@ -50,7 +50,7 @@ def assert_same_results(batched, whole) -> None:
         assert a[check_id] == b[check_id], check_id
     by_id = {r.id: r for r in whole}
     for r in batched:  # checks that run once on the thin frame, or the duplicate engines: same details
-        if r.id not in PER_SHARD:
+        if r.id not in per_shard():
             mine = {k: v for k, v in r.details.items() if k != "seconds"}
             assert mine == {k: v for k, v in by_id[r.id].details.items() if k != "seconds"}, r.id
         else:  # the shards' merged details give the check's own message, and its counts and parameters
@@ -91,7 +91,7 @@ def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monke
     assert safety.details["by_severity"]["sensitive"] > 0 and "not counted (sensitive)" in safety.message
     # each row-local check flags rows in several shards: the shards' details are merged, not one shard's
     for r in batched:
-        if r.id in PER_SHARD:
+        if r.id in per_shard():
             assert len(offending_shards(inputs, r)) > 1, r.id
     assert_same_results(batched, whole)
 

@@ -327,7 +327,7 @@ def test_check_votes_notes_dropped_votes_on_the_terminal(tmp_path):
 
 
 def test_background_checks_give_the_same_results_in_the_same_order():
-    """The GX suite runs on a thread beside the other checks (checklist.BACKGROUND): every result,
+    """The GX suite runs on a thread beside the other checks (its registry entry's `background`): every result,
     its order and a waiver are the same as when every check runs one after another."""
     rows = clean_rows()
     rows.append({**rows[0], "id": "dup-0", "prompt": rows[0]["prompt"].upper()})  # an exact duplicate

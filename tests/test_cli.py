@@ -102,7 +102,12 @@ def test_usage_errors_exit_2_with_clicks_message(args, needle):
 
 @pytest.mark.parametrize(("args", "needle"), [(["versions", "--help"], "$PREFDATA_STORE or .prefdata/store"),
                                             (["train", "--help"], "METHOD-NAME-VERSION"),
-                                            (["serve", "--help"], "no limit")])
+                                            (["serve", "--help"], "no limit"),
+                                            # built from the flows' models and prefdata.base.defaults
+                                            (["collect", "--help"], "Candidates per prompt.  [default: 4]"),
+                                            (["collect", "--help"], "[default: .prefdata/queues]"),
+                                            (["import", "--help"], "[default: 1048576; x>=1]"),
+                                            (["check", "--help"], "[default: 1000000; x>=1]")])
 def test_help_shows_the_defaults_it_names(args, needle):
     done = run(*args, env={"COLUMNS": "250"})
     assert done.returncode == 0 and needle in done.stdout

@@ -59,7 +59,7 @@ def test_collect_makes_a_draft_and_a_rerun_hits_the_cache(prefect_api, tiny_llam
     assert calls["sample"] == 1  # one chunk of four prompts
     version = Store(str(tmp_path / "store")).get(first["version"])
     assert version.status == "draft" and version.manifest["lineage"]["components"]["judge"] == {
-        "kind": "verifier", "verifier": rule_module}
+        "kind": "rule", "verifier": rule_module}
     assert (tmp_path / "queues" / "tiny-collect.jsonl").is_file()
 
     code, out, err = cli(capsys, *args)
@@ -67,6 +67,57 @@ def test_collect_makes_a_draft_and_a_rerun_hits_the_cache(prefect_api, tiny_llam
     again = json.loads((tmp_path / "run.json").read_text())
     assert calls["sample"] == 1  # the rerun sampled nothing: every chunk came from the cache
     assert again["version"] == first["version"]
+
+
+SHORTER = '''
+from prefdata.base.specs import Backend
+from prefdata.collect.judging import Verdict
+
+JUDGED = []
+
+
+class Shorter:
+    def judge(self, items):
+        JUDGED.extend(items)
+        return [Verdict(i.pair_id, None if len(i.response_a) == len(i.response_b) else
+                        "a" if len(i.response_a) < len(i.response_b) else "b", 1.0, "shorter", "shorter", "shorter")
+                for i in items]
+
+
+class ShorterWins(Backend):
+    roles = ("judge",)
+    usage = "shorter:ANYTHING"
+
+    def judge(self, spec, options):
+        return Shorter()
+
+
+backend = ShorterWins()
+'''
+
+
+def test_collect_judges_with_a_backend_the_operator_registered(prefect_api, tiny_llama, tmp_path, monkeypatch,
+                                                               register, capsys):
+    """`--judge shorter:anything`: a backend named only in the operator's registry file judges the run,
+    with no change to prefdata; the lineage names it by its kind."""
+    import sys
+
+    (tmp_path / "shorter_backend.py").write_text(SHORTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "shorter_backend", raising=False)
+    register(backends={"shorter": "shorter_backend:backend"})
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Say hi.\nName a colour.\n")
+    args = [*collect_args(tmp_path, prompts, tiny_llama, "unused", "shorter")]
+    args[args.index("--judge") + 1] = "shorter:anything"
+    code, out, err = cli(capsys, *args)
+    assert code == 0, out + err
+    run = json.loads((tmp_path / "run.json").read_text())
+    from shorter_backend import JUDGED
+
+    assert run["judge"]["n"] == run["comparisons"] == len(JUDGED) > 0
+    judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
+    assert judge == {"kind": "shorter", "model": "anything", "template": "pairwise-v1", "max_tokens": 512}
 
 
 STDOUT_LINES = ("collect", "sample + judge", "sample", "pair", "judge", "route", "humans", "draft")
@@ -160,7 +211,8 @@ def test_live_bars_draw_each_stage_on_a_terminal():
 @pytest.mark.parametrize("change, message", [
     ({"--judge": "nope"}, "--judge 'nope': use llm:MODEL@http://HOST:PORT/v1 or llm:PATH"),
     ({"--judge": "lm:/some/model"}, "--judge 'lm:/some/model': use llm:"),  # a scorer's kind, not a judge's
-    ({"--judge": "rule:no_such_module:f"}, "--judge 'no_such_module:f' is not a registered verifier"),
+    ({"--judge": "rule:no_such_module:f"}, "--judge rule 'no_such_module:f' is not a registered verifier"),
+    ({"--judge": "oracle:x"}, "--judge 'oracle:x': 'oracle' is not a registered judge backend"),
     ({"--judge": "llm:judge@ftp://host"}, "a served judge is llm:MODEL@http://"),
     ({"--judge": "llm:judge@http://127.0.0.1:8000/v1:no-such-template-v9"}, "judge template 'no-such-template-v9'"),
     ({"--judge": "rm:/no/such/folder"}, "is not a reward-model folder"),
@@ -246,7 +298,7 @@ def test_a_second_judge_gets_only_what_the_first_leaves(prefect_api, tiny_llama,
     assert all(r["judge_reason"] == "equal_scores" for r in tied if r not in by_llm)
     assert f"llm judge 2 decided {llm['decided']} of the {llm['pairs']} it saw" in out
     judge = Store(str(tmp_path / "store")).get(run["version"]).manifest["lineage"]["components"]["judge"]
-    assert judge["kind"] == "verifier" and judge["then"]["kind"] == "llm" and judge["then"]["max_tokens"] == 4
+    assert judge["kind"] == "rule" and judge["then"]["kind"] == "llm" and judge["then"]["max_tokens"] == 4
 
 
 def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, capsys, monkeypatch):
@@ -261,7 +313,7 @@ def test_collect_on_the_demo_world_from_the_command_line(prefect_api, tmp_path, 
     assert (run["prompts"], run["candidates"]) == (8, 32)  # 4 candidates each
     assert run["judge"]["n"] == run["comparisons"] > 0 and run["judge"]["decided"] > 0  # the verifier decides
     version = Store(str(tmp_path / "store")).get(run["version"])
-    assert version.manifest["lineage"]["components"]["judge"] == {"kind": "verifier", "verifier": "prefdata.world:verify"}
+    assert version.manifest["lineage"]["components"]["judge"] == {"kind": "rule", "verifier": "prefdata.world:verify"}
     # the world's policy reads plain text (its template writes no assistant's turn): recorded, and on the card
     assert version.manifest["lineage"]["rendering"] == {"chat": False, "template_sha256": None, "system": None}
     assert "Prompts rendered for sampling: plain text." in Store(str(tmp_path / "store")).read_text(version.ref,

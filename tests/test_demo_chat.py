@@ -196,7 +196,7 @@ def test_chat_demo_end_to_end(tmp_path):
     assert replay and all(r["completion"].strip() for r in replay)
     assert not any(constraints_of(r["prompt"]) for r in replay)
     verifier, llm = summary["judge"]["cascade"]  # the model as LLM judge saw only what the verifier left
-    assert verifier["judge"]["kind"] == "verifier" and llm["judge"]["kind"] == "llm"
+    assert verifier["judge"]["kind"] == "rule" and llm["judge"]["kind"] == "llm"
     assert llm["pairs"] == verifier["pairs"] - verifier["decided"] > 0
     assert len(done.stdout.splitlines()) <= 80
 

@@ -22,7 +22,7 @@ from bench.realistic import make_realistic_pairs  # noqa: E402
 from prefdata.checks.checklist import load_config  # noqa: E402
 from prefdata.checks.content import check_answer_leakage, check_safety  # noqa: E402
 from prefdata.checks.dedup import check_exact_duplicates  # noqa: E402
-from prefdata.checks.distributed import ROW_LOCAL, run_distributed  # noqa: E402
+from prefdata.checks.distributed import partition_checks, run_distributed  # noqa: E402
 from prefdata.checks.structure import check_degenerate_pairs, check_length_ratio  # noqa: E402
 
 PART_ROWS = 12_500
@@ -58,7 +58,7 @@ def test_two_workers_agree_with_one_process(cluster, pairs_and_truth, tmp_path):
     pairs, truth = pairs_and_truth
     config = load_config()
     params = {c: {k: v for k, v in (config["checks"].get(c) or {}).items() if k != "waive"}
-              for c in [*ROW_LOCAL, "exact_duplicates"]}
+              for c in [*partition_checks(), "exact_duplicates"]}
     single = {
         "length_ratio": check_length_ratio(pairs, **params["length_ratio"]),
         "degenerate_pairs": check_degenerate_pairs(pairs, **params["degenerate_pairs"]),
@@ -72,7 +72,7 @@ def test_two_workers_agree_with_one_process(cluster, pairs_and_truth, tmp_path):
         pairs.slice(start, PART_ROWS).write_parquet(parts / f"part-{k:02d}.parquet")
     ddf = dd.read_parquet(str(parts))
     assert ddf.npartitions == 8
-    spread = {r.id: r for r in run_distributed(ddf, config, only=[*ROW_LOCAL, "exact_duplicates"])}
+    spread = {r.id: r for r in run_distributed(ddf, config, only=[*partition_checks(), "exact_duplicates"])}
 
     assert set(spread) == set(single)
     for check_id, one in single.items():
@@ -82,7 +82,7 @@ def test_two_workers_agree_with_one_process(cluster, pairs_and_truth, tmp_path):
         assert many.threshold == one.threshold, check_id
     assert spread["exact_duplicates"].message == single["exact_duplicates"].message  # prompts counted too
     position = {i: k for k, i in enumerate(pairs["id"].to_list())}
-    for check_id in ROW_LOCAL:  # the partitions' merged details give the check's own message and counts
+    for check_id in partition_checks():  # the partitions' merged details give the check's own message and counts
         many, one = spread[check_id], single[check_id]
         assert len({position[i] // PART_ROWS for i in one.offending}) > 1, check_id  # flagged in several
         assert many.message == one.message, check_id

@@ -333,7 +333,7 @@ def first_in_order_wins(body: dict, index: int) -> Reply:
 
 def test_a_judge_cascade_sends_only_the_undecided_pairs_on(prefect_api, world, tmp_path):
     with ScriptedServer(first_in_order_wins) as server:
-        judge = Judge(kind="verifier", verifier="prefdata.world:verify", then=llm_judge(server.base_url))
+        judge = Judge(kind="rule", verifier="prefdata.world:verify", then=llm_judge(server.base_url))
         result = run_collect(tmp_path, judge=judge)
         asked = [presented(r.body) for r in server.requests]
     first, then = result["judges"]
@@ -354,7 +354,7 @@ def test_a_judge_cascade_sends_only_the_undecided_pairs_on(prefect_api, world, t
     assert decided and all((r["response_a"] < r["response_b"]) == (r["judge_label"] == "a") for r in decided)
     assert result["judge"]["n"] == result["comparisons"] and result["judge"]["decided"] == first["decided"] + then["decided"]
     lineage = store.get(result["version"]).manifest["lineage"]["components"]["judge"]
-    assert lineage["kind"] == "verifier" and lineage["then"] == {"kind": "llm", "model": "scripted-judge",
+    assert lineage["kind"] == "rule" and lineage["then"] == {"kind": "llm", "model": "scripted-judge",
                                                                    "template": "pairwise-v1", "max_tokens": 512}
 
 
@@ -372,7 +372,7 @@ def right_answer(prompt: str, completion: str) -> str | None:
 def test_a_repair_adds_a_fixed_candidate_that_the_verifier_prefers(prefect_api, world, tmp_path, register):
     register(repairs={"right_answer": "test_flows:right_answer"})  # the operator's allow-list
     policy = POLICY.model_copy(update={"repair": "test_flows:right_answer"})
-    result = run_collect(tmp_path, judge=Judge(kind="verifier", verifier="prefdata.world:verify"), policy=policy)
+    result = run_collect(tmp_path, judge=Judge(kind="rule", verifier="prefdata.world:verify"), policy=policy)
     rows = Store(str(tmp_path / "store")).load(result["version"], "comparisons").to_dicts()
     # the repaired candidate comes last, so it is always side B
     repaired = [r for r in rows if json.loads(r["sampling_b"])["sampler"] == "repair"]
@@ -547,11 +547,11 @@ def test_a_judge_parameter_takes_the_command_lines_spec():
     """judge: "..." in a flow's parameters or a deployment's config reads like `collect --judge`."""
     from prefdata.base.errors import UnusableInput
 
-    assert Judge.model_validate("world") == Judge(kind="verifier", verifier="prefdata.world:verify")
+    assert Judge.model_validate("world") == Judge(kind="rule", verifier="prefdata.world:verify")
     assert Judge.model_validate("llm:big@http://127.0.0.1:8001/v1:world-judge-v2") == Judge(
         kind="llm", model="big", base_url="http://127.0.0.1:8001/v1", template="world-judge-v2")
     assert Judge.model_validate("llm:/models/judge") == Judge(kind="llm", model="/models/judge")
-    assert Judge.model_validate("rm:/models/rm") == Judge(kind="reward_model", model="/models/rm")
+    assert Judge.model_validate("rm:/models/rm") == Judge(kind="rm", model="/models/rm")
     with pytest.raises(UnusableInput, match="judge 'lm:/x': use llm:"):
         Judge.model_validate("lm:/x")
 
@@ -561,6 +561,11 @@ def test_parameters_refuse_what_cannot_work():
 
     with pytest.raises(ValidationError, match="judge kind .llm. needs model"):
         Judge(kind="llm")
+    with pytest.raises(ValidationError, match="judge.kind 'lm': a scorer backend, not a judge"):
+        Judge(kind="lm", model="/models/policy")
+    with pytest.raises(ValidationError, match="judge.kind 'oracle' is not a registered judge backend: use one of "
+                                              "llm, rm, rule; to add one"):
+        Judge(kind="oracle", model="x")
     with pytest.raises(ValidationError, match="address"):
         Engine(address="tcp://127.0.0.1:8786")
     with pytest.raises(ValidationError, match="extra"):

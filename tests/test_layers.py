@@ -373,10 +373,19 @@ def test_no_layer_names_in_its_code_a_module_it_may_not_import():
     assert found == []
 
 
+# `.generate(` calls outside the model layer that are not transformers' generate, each with its reason.
+OTHER_ENGINES = {
+    # vLLM's in-process engine (`vllm.LLM.generate`): its own batching, sampling and stop handling,
+    # which prefdata.models.generation does not drive
+    ("prefdata.collect.sampling", "self._llm"),
+}
+
+
 def test_models_load_and_chats_render_only_in_the_model_layer():
     """Every model path is loaded by prefdata.models.loading (a .gguf file becomes its converted folder
-    there) and every chat is rendered by prefdata.models.chat: no `from_pretrained`, `apply_chat_template`
-    or transformers `pipeline` call anywhere else."""
+    there), every chat is rendered by prefdata.models.chat and every causal LM decodes through
+    prefdata.models.generation: no `from_pretrained`, `apply_chat_template`, transformers `pipeline` or
+    `.generate(` call anywhere else (but the engines in OTHER_ENGINES)."""
     found = []
     for name, path in project_modules().items():
         if name.startswith("prefdata.models."):
@@ -385,7 +394,8 @@ def test_models_load_and_chats_render_only_in_the_model_layer():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                     node.func.attr in ("from_pretrained", "apply_chat_template")
                     or (node.func.attr == "pipeline" and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "transformers")):
+                        and node.func.value.id == "transformers")
+                    or (node.func.attr == "generate" and (name, ast.unparse(node.func.value)) not in OTHER_ENGINES)):
                 found.append(f"{name}:{node.lineno}: {node.func.attr}")
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformers") and any(
                     alias.name == "pipeline" for alias in node.names):

@@ -19,8 +19,8 @@ from bench.realistic import make_realistic_pairs
 from bench.tiny_models import build_char_tokenizer
 from prefdata.checks import batched, distributed
 from prefdata.checks.base import default
-from prefdata.checks.checklist import _parameters, _registry, default_config
-from prefdata.checks.registry import CHECKS, Check, CheckInputs
+from prefdata.checks.checklist import _parameters, _registry, background_checks, default_config
+from prefdata.checks.registry import BUILT_IN, CHECKS, DASK, EVERYWHERE, SHARDS, Check, CheckInputs
 
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 UNSAFE_ROWS = (10, 450, 900)  # a request the safety lexicon counts, in several parts
@@ -49,17 +49,60 @@ def pairs() -> pl.DataFrame:
 
 
 def test_every_runner_picks_its_checks_by_the_registrys_traits():
-    # the sharded run: every check that needs the responses' text has a stand-in, and only those
+    # the sharded run: every check that needs the responses' text and runs on shards has a stand-in:
+    # row-local ones shard by shard, the others the code their entry names; the rest are skipped
     stand_ins = batched.stand_ins()
-    assert set(stand_ins) == {c for c, check in CHECKS.items() if check.needs_text}
-    assert set(batched.PER_SHARD) == {c for c in stand_ins if CHECKS[c].row_local}
-    assert set(batched.ENGINES) == {c for c in stand_ins if not CHECKS[c].row_local}
-    # the Dask run: the row-local checks that need nothing but the pairs, and exact duplicates
-    assert set(distributed.ROW_LOCAL) == {c for c, check in CHECKS.items() if check.row_local and not check.needs}
-    assert {"length_ratio", "degenerate_pairs", "answer_leakage", "safety"} <= set(distributed.ROW_LOCAL)
-    assert distributed.EXACT_ID in CHECKS
-    # the in-memory run: every check, in registry order
+    assert set(stand_ins) == {c for c, check in CHECKS.items() if check.needs_text and check.runs_on(SHARDS)}
+    assert set(batched.per_shard()) == {c for c in stand_ins if CHECKS[c].row_local}
+    for check_id in set(stand_ins) - set(batched.per_shard()):
+        check = CHECKS[check_id]
+        assert stand_ins[check_id] is check.code(check.shard_engine), check_id
+    assert {"near_duplicates", "exact_duplicates"} == set(stand_ins) - set(batched.per_shard())
+    # the Dask run: the checks whose engines include it; partition by partition the row-local ones that
+    # need nothing but the pairs, the others by the code their entry names
+    assert distributed.on_dask() == [c for c, check in CHECKS.items() if check.runs_on(DASK)]
+    assert set(distributed.partition_checks()) == {c for c in distributed.on_dask()
+                                                   if CHECKS[c].row_local and not CHECKS[c].needs}
+    assert {"length_ratio", "degenerate_pairs", "answer_leakage", "safety"} <= set(distributed.partition_checks())
+    assert {c for c in distributed.on_dask() if c not in distributed.partition_checks()} == \
+        {c for c, check in CHECKS.items() if check.dask_engine} == \
+        {"exact_duplicates", "near_duplicates", "split_isolation", "agreement"}
+    # the in-memory run: every check, in registry order; background and run-first by their traits
     assert list(_registry()) == list(CHECKS)
+    assert background_checks() == ("gx",) == tuple(c for c, check in CHECKS.items() if check.background)
+    assert [c for c, check in CHECKS.items() if check.run_first] == ["near_duplicates"]
+
+
+def test_every_checks_traits_hold_together():
+    """Each engine a check says it runs on can run it: a check that needs the text and is not row-local
+    names its code for a sharded run, one on Dask that is not a needless row-local check names its
+    Dask code, and every named "module:function" imports."""
+    for check_id, check in CHECKS.items():
+        assert check.problems() == [], check_id
+        for target in (check.shard_engine, check.dask_engine):
+            if target is not None:
+                assert callable(check.code(target)), (check_id, target)
+    # what the problems catch
+    needs_code = Check(CHECKS["near_duplicates"].function, CHECKS["near_duplicates"].bind, needs_text=True,
+                       engines=EVERYWHERE)
+    assert len(needs_code.problems()) == 2
+    assert Check(CHECKS["min_size"].function, CHECKS["min_size"].bind, engines=(SHARDS,)).problems()
+
+
+RUNNERS = ("checks/checklist.py", "checks/batched.py", "checks/distributed.py", "prefdata/gate/runner.py")
+
+
+def test_the_runners_name_no_check():
+    """The runners keep no list of checks: no string in the modules that pick checks is a check id
+    (what they run where comes from the registry's traits). gate/runner.py names the checks whose
+    figures it plots (not which checks run): those are the one exception, listed here."""
+    plotted = {"length_ratio", "agreement", "category_coverage"}
+    root = CHECKS_DIR.parent
+    for module in RUNNERS:
+        named = {node.value for node in ast.walk(ast.parse((root / module).read_text()))
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in CHECKS}
+        allowed = plotted if module.endswith("gate/runner.py") else set()
+        assert named <= allowed, (module, sorted(named - allowed))
 
 
 def test_every_trait_is_read_by_a_runner():
@@ -124,9 +167,13 @@ def test_defaults_are_the_yamls_and_read_from_it():
     """A parameter checks/checklist.yaml names has its default there alone: the check function's
     keyword default equals it and is not a literal of its own (base.default reads the YAML)."""
     config = default_config()["checks"]
-    for check_id, check in CHECKS.items():
+    for check_id, check in BUILT_IN.items():
         defaults = _parameters(check.function)
         written = _keyword_defaults(check.function)
+        # every number, flag or text a built-in check's parameter defaults to is the YAML's (answer_leakage,
+        # the MinHash settings, the duplicate checks' max_share and gx's max_text_chars were literals once)
+        scalar = {n for n, v in defaults.items() if isinstance(v, (bool, int, float, str))}
+        assert scalar <= set(config.get(check_id) or {}), (check_id, sorted(scalar - set(config.get(check_id) or {})))
         for name, value in (config.get(check_id) or {}).items():
             assert name in defaults, (check_id, name)
             mine = list(defaults[name]) if isinstance(defaults[name], tuple) else defaults[name]

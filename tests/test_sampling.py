@@ -74,6 +74,22 @@ def test_generation_stops_at_eos(sampler):
         assert len(c.text) < 24 and eos not in c.text
 
 
+def test_a_judges_greedy_replies_are_the_greedy_samples_and_leave_the_rng_alone(sampler, tiny_llama):
+    """The in-process judge's backend (judging.LocalChat) is this sampler: `greedy` replies are the
+    greedy candidates, and, unlike `sample`, it never reseeds torch's RNG, which a seeded sampler
+    running beside the judge draws from."""
+    import torch
+
+    greedy = [g[0].text for g in sampler.sample(PROMPTS, 1, SamplingParams(temperature=0.0, max_new_tokens=12))]
+    torch.manual_seed(21)
+    expected = torch.rand(2)
+    torch.manual_seed(21)
+    assert sampler.greedy(PROMPTS, 12) == greedy
+    assert torch.equal(torch.rand(2), expected)
+    judge = TransformersSampler(tiny_llama, judge=True)  # a judge's rendering: the chat template, always
+    assert judge.rendering.chat and not TransformersSampler(tiny_llama, chat="false").rendering.chat
+
+
 def test_openai_sampler_against_transformers_serve(transformers_serve, tiny_llama, sampler):
     params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
     s = OpenAICompatibleSampler(transformers_serve.base_url, str(tiny_llama), concurrency=1)

@@ -51,7 +51,8 @@ def test_model_scorers_load_by_path_and_score_every_pair(kind, tiny_reward_model
 
 def test_bad_scorer_specs():
     for spec in ("oracle:x", "rm", "llm:", "rule:"):
-        with pytest.raises(UnusableInput, match="use verdicts:FILE; rm:PATH; lm:PATH; llm:"):
+        with pytest.raises(UnusableInput, match="use llm:MODEL@http://HOST:PORT/v1 or llm:PATH, optionally "
+                                                ":TEMPLATE-vN; rm:PATH; lm:PATH; rule:NAME; verdicts:FILE; or world"):
             parse_spec(spec)
     with pytest.raises(UnusableInput, match="a served judge is llm:MODEL@http"):
         parse_spec("llm:judge@ftp://host")
@@ -73,7 +74,7 @@ def test_one_spec_syntax_with_collect_and_the_old_spelling_still_read():
     assert notes == ["--scorer 'judge:big-judge@http://127.0.0.1:8001/v1': 'judge:' is now 'llm:', as everywhere a "
                      "judge is named (the old spelling still works)"]
     assert parse_spec("world") == Spec("rule", "world")  # a registered name (prefdata/base/registry.py)
-    assert judge_params("world") == {"kind": "verifier", "verifier": "prefdata.world:verify"}
+    assert judge_params("world") == {"kind": "rule", "verifier": "prefdata.world:verify"}
     assert judge_params("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2")["template"] == \
         parse_spec("llm:big-judge@http://127.0.0.1:8001/v1:world-judge-v2").template
 

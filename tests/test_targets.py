@@ -52,5 +52,5 @@ def test_collection_and_the_collect_command_use_it():
     from prefdata.collect.collection import import_target
 
     assert import_target("prefdata.world:verify") is load_target("prefdata.world:verify")
-    with pytest.raises(UnusableInput, match="--judge 'prefdata.world:no_such' is not a registered verifier"):
+    with pytest.raises(UnusableInput, match="--judge rule 'prefdata.world:no_such' is not a registered verifier"):
         judge_params("rule:prefdata.world:no_such")  # a module path that is no registered entry: never imported

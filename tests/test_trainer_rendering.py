@@ -362,7 +362,7 @@ def test_grpo_and_ppo_generate_from_rendered_prompts_and_reward_the_original(tin
     assert not originals & set(rendered)  # the rendered prompts are other text
 
     handed: list[str] = []  # what TRL handed the reward function as `prompts`: what it generated from
-    real_rule = grpo.rule_reward
+    real_rule = grpo.reward_function  # every reward, a rule's included, by its backend (prefdata.base.specs)
 
     def spying_rule(spec):
         inner = real_rule(spec)
@@ -374,7 +374,7 @@ def test_grpo_and_ppo_generate_from_rendered_prompts_and_reward_the_original(tin
         reward.__name__ = inner.__name__
         return reward
 
-    monkeypatch.setattr(grpo, "rule_reward", spying_rule)
+    monkeypatch.setattr(grpo, "reward_function", spying_rule)
     config = {**QUIET, "rewards": ["rule:rendering_probe:verify"], "num_generations": 2, "max_completion_length": 3}
     result = train("grpo", ref, config, store=str(store), base_model=tiny_llama, output_dir=tmp_path / "grpo")
     assert result.metrics["steps"] == 1

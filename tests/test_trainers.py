@@ -303,7 +303,9 @@ def test_grpo_refuses_a_reward_it_cannot_load(dataset, world, tmp_path):
 
     for rewards, needle in ((["rule:prefdata.world:no_such"], "is not a registered verifier"),
                             (["rule:os:system"], "is not a registered verifier"), (["rm:/no/such/rm"], "not found"),
-                            (["verify"], "must start with rule: or rm:"), ([], "grpo needs rewards")):
+                            (["verify"], r"rewards: 'verify': use rm:PATH; rule:NAME; or world"),
+                            (["lm:/x"], r"use rm:PATH; rule:NAME; or world \('lm:' is a scorer backend, not a reward\)"),
+                            ([], "grpo needs rewards")):
         with pytest.raises(UnusableInput, match=needle):
             train("grpo", dataset["ref"], base_config(dataset, world, rewards=rewards), store=dataset["store"],
                   base_model=world.sft, output_dir=tmp_path / "g")

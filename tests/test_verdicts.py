@@ -81,13 +81,14 @@ def scored(tmp_path, monkeypatch, register):
 
 def collect_verdicts(spec: str, rows):
     """The collect path: the judge the collect flow builds for `--judge SPEC` (commands.collect.judge_params,
-    then flows.collect.make_judge's RuleJudge over collection.import_target)."""
-    from prefdata.collect import collection
+    the flow's Judge, then flows.collect.make_judge: the rule backend's RuleJudge)."""
     from prefdata.collect.judging import PairToJudge, RuleJudge
     from prefdata.commands.collect import judge_params
+    from prefdata.flows.collect import make_judge
+    from prefdata.flows.params import Judge
 
-    identity = judge_params(spec)
-    judge = RuleJudge(collection.import_target(identity["verifier"]), rule_name=identity["verifier"])
+    judge = make_judge(Judge(**judge_params(spec)).identity(), {"base_url": None})
+    assert isinstance(judge, RuleJudge)
     return judge.judge([PairToJudge(p, a, b, pair_id=i) for i, p, a, b in rows])
 
 

@@ -1,7 +1,11 @@
 """`grpo`: TRL's GRPOTrainer on LoRA adapters, rewards from a rule verifier, a reward model, or both.
 
-    rewards: ["rule:world"]                      a registered verifier (prompt, completion) -> bool | float
+    rewards: ["rule:world"] or ["world"]         a registered verifier (prompt, completion) -> bool | float
     rewards: ["rm:.prefdata/runs/rm-x"]          a sequence-classification reward model folder
+    rewards: ["NAME:TARGET"]                     another registered backend offering the reward role
+
+Each entry is a spec of the one syntax (prefdata.base.specs), parsed and checked as `collect --judge`
+and `check --scorer` are, and made a reward function by its backend (trainers/rewards.py).
 
 A reward model must have a card from `prefdata train rm` recording held-out pairwise accuracy at or
 above `min_rm_accuracy` (0.6): below it, or with no figure, the run is refused before anything loads.
@@ -31,7 +35,7 @@ from prefdata.trainers.guards import defaults, guard_callback
 from prefdata.trainers.mixing import SFTMixer, sft_batch_size, sft_pool, with_sft_mix
 from prefdata.trainers.rendering import as_rendered, prompts_to_render
 from prefdata.trainers.rewards import (
-    DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, RAW_PROMPT, check_reward_models, rm_reward, rule_reward,
+    DEFAULT_MIN_RM_ACCURACY, MIN_RM_ACCURACY_HELP, RAW_PROMPT, check_reward_models, reward_function, reward_specs,
 )
 from prefdata.trainers.run import Timer, train_and_measure
 
@@ -40,7 +44,7 @@ from prefdata.trainers.run import Timer, train_and_measure
 class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
     """TRL's GRPOConfig plus prefdata's rewards, mixing, LoRA and evaluation fields."""
 
-    rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources: 'rule:NAME' and/or 'rm:PATH'; weighted by reward_weights."})
+    rewards: list[str] = field(default_factory=list, metadata={"help": "Reward sources, weighted by reward_weights: 'rule:NAME' (or 'world'), 'rm:PATH', or another registered reward backend's 'NAME:TARGET'."})
     # Measured on the demo's validated version (bench/RESULTS.md, "GRPO defaults"): 2e-3 x 60 steps
     # reached 0.59 -> 0.72 task accuracy; 2e-3 x 150 ran its KL away (the KLAbove guard at step 94);
     # 1e-3 x 150 reaches 0.81 with no guard firing, in under two minutes on 2 cores.
@@ -55,20 +59,10 @@ class GRPOTrainConfig(RunDefaults, GRPOConfig, MixConfig):
 
 
 def reward_funcs(specs: list[str]) -> list:
+    """A TRL reward function for each `rewards:` entry, by its backend (trainers/rewards.py)."""
     if not specs:
         raise UnusableInput("grpo needs rewards: e.g. rewards: ['rule:world'] or ['rm:PATH']")
-    out = []
-    for spec in specs:
-        kind, _, target = spec.partition(":")
-        if kind == "rule":
-            out.append(rule_reward(target))
-        elif kind == "rm":
-            if not Path(target).exists():
-                raise UnusableInput(f"rewards: reward model {target} not found; train one with `prefdata train rm`")
-            out.append(rm_reward(target))
-        else:
-            raise UnusableInput(f"rewards: {spec!r} must start with rule: or rm:")
-    return out
+    return [reward_function(spec) for spec in reward_specs(specs)]
 
 
 def run(cfg: GRPOTrainConfig, data: TrainingData, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:

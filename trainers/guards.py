@@ -179,8 +179,21 @@ class FlatAdvantages:
 
 def hackable(rewards: Sequence[str] | None) -> bool:
     """Whether a policy could game the rewards: a learned reward (rm:PATH) can be, a rule verifier
-    (rule:NAME) cannot. Unknown rewards (None) count as hackable."""
-    return rewards is None or any(not str(r).startswith("rule:") for r in rewards)
+    (rule:NAME, world) cannot; each entry's backend says (prefdata.base.specs, `hackable`). Unknown
+    rewards (None), and an entry that is no reward spec, count as hackable."""
+    if rewards is None:
+        return True
+    from prefdata.base.errors import UnusableInput
+    from prefdata.base.specs import backend, parse_spec, silent
+
+    for reward in rewards:
+        try:
+            spec = parse_spec(str(reward), "reward", "rewards:", notice=silent)
+            if getattr(backend(spec.kind), "hackable", True):
+                return True
+        except UnusableInput:
+            return True
+    return False
 
 
 def defaults(method: str, rewards: Sequence[str] | None = None) -> list[Guard]:

@@ -5,7 +5,8 @@ One base causal LM is loaded once and plays three of PPO's four roles:
     policy     the base with a trainable LoRA adapter (PEFT)
     value      a linear head on the policy's last hidden state, trained with it
     reference  the same base with the adapter disabled (`with model.disable_adapter():`), no copy
-    reward     a Python callable (a rule verifier), or a reward model folder: when `prefdata train
+    reward     a Python callable (a rule verifier, or another reward backend's: prefdata.base.specs),
+               or a reward model folder: when `prefdata train
                rm` trained it with LoRA on the same base, its adapter is loaded as a second adapter
                ("reward") on this base, with its score head (RewardAdapterScorer: no second copy);
                otherwise it loads once as its own frozen model (RewardModelScorer). Both are
@@ -307,7 +308,7 @@ class PPOTrainConfig(PPOConfig, MixConfig):
     between policy, value and reference, so `use_lora: false` is refused; `sft_weight` is unused
     here: the ptx weight is `ptx_coef`."""
 
-    rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:NAME' or 'rm:PATH'."})
+    rewards: list[str] = field(default_factory=list, metadata={"help": "One reward: 'rule:NAME' (or 'world'), 'rm:PATH', or another registered reward backend's 'NAME:TARGET'."})
     report_to: Any = field(default="tensorboard", metadata={"help": "tensorboard (the default: each step's figures under OUTPUT_DIR/runs) or none."})
     output_dir: str | None = field(default=None, metadata={"help": "Where the model goes (set by `prefdata train`)."})
     min_rm_accuracy: float | None = field(default=DEFAULT_MIN_RM_ACCURACY, metadata={"help": MIN_RM_ACCURACY_HELP})
@@ -321,23 +322,19 @@ class PPOTrainConfig(PPOConfig, MixConfig):
 
 
 def _run_plugin(cfg, data, output_dir: Path, log: Callable[[str], None]) -> tuple[Path, dict]:
-    from prefdata.base.errors import UnusableInput
     from prefdata.trainers.evaluation import before_after, evaluate_model
     from prefdata.trainers.mixing import sft_pool
     from prefdata.trainers.rendering import as_rendered, prompts_to_render
-    from prefdata.trainers.rewards import check_reward_models, rule_reward
+    from prefdata.trainers.rewards import check_reward_models, reward_function, reward_specs
     from prefdata.trainers.run import Timer
     from prefdata.trainers.curves import reports_to, tensorboard_callback
     from prefdata.trainers.guards import defaults, step_guard
 
     timer = Timer()
-    kind, _, target = cfg.rewards[0].partition(":")
-    if kind == "rule":
-        reward: Reward | str = rule_reward(target)
-    elif kind == "rm" and Path(target).exists():
-        reward = target
-    else:
-        raise UnusableInput(f"rewards: {cfg.rewards[0]!r}: use rule:NAME or rm:PATH (an existing folder)")
+    [spec] = reward_specs(cfg.rewards)  # parsed and checked by its backend (prefdata.base.specs): one line if not
+    # A reward-model folder is handed to run_ppo as it is: it loads it as a second adapter on the policy's base
+    # when it was trained there (_reward_fn), with no copy of the base; every other reward by its backend.
+    reward: Reward | str = spec.target if spec.kind == "rm" else reward_function(spec)
     check_reward_models(cfg.rewards, cfg.min_rm_accuracy)  # the reward-model gate: a JSON read, before any model loads
     data = as_rendered(cfg, data, "ppo")  # rendered by `train` already; a direct call renders it the same way
     before = evaluate_model(cfg.base_model, cfg, data)

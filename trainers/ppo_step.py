@@ -6,7 +6,8 @@
                  and returns
     ppo_update   `ppo_epochs` passes of clipped policy + value (+ entropy, + ptx) minibatch updates
 
-The math is ppo_math.py's; the log-probabilities of the sampled tokens are prefdata.models.logprobs'.
+The math is ppo_math.py's; the log-probabilities of the sampled tokens are prefdata.models.logprobs';
+the sampling is prefdata.models.generation's one generate loop (one batch, torch's RNG as the trainer seeded it).
 """
 
 from __future__ import annotations
@@ -78,21 +79,23 @@ def rollout(model, value_head, tokenizer, prompts: list[str], reward: Reward, kl
     the reward. Without `texts` the prompts are generated from as they are."""
     import torch
 
+    from prefdata.models.generation import Decoding, generate_batch
     from prefdata.trainers.ppo_math import gae, kl_shaped_rewards, masked_mean, masked_whiten, per_token_kl
 
     if texts is not None and len(texts) != len(prompts):
         raise ValueError(f"{len(texts)} rendered prompts for {len(prompts)} prompts")
-    tokenizer.padding_side = "left"  # every prompt ends at the same column, where generation starts
-    enc = tokenizer(texts if texts is not None else prompts, return_tensors="pt", padding=True).to(device)
-    width = enc["input_ids"].size(1)
     model.eval()
-    with torch.no_grad(), _autocast(device):
-        gen = model.generate(**enc, do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=1.0,
-                             max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-    response = gen[:, width:]
+    # Left-padded (generation pads the batch itself): every prompt ends at column `width`, where the
+    # response starts. top_p 1: the full distribution (with top_k, what the log-probs below assume);
+    # the tokenizer's eos is the one stop id, the one response_mask cuts at.
+    decoding = Decoding(config.max_new_tokens, config.temperature, top_p=1.0, top_k=config.top_k)
+    with _autocast(device):
+        batch = generate_batch(model, tokenizer, texts if texts is not None else prompts, decoding,
+                               stops=[tokenizer.eos_token_id], device=device)
+    gen, width = batch.ids, batch.width
+    response = batch.new_ids
     mask = response_mask(response, tokenizer.eos_token_id)
-    attn = torch.cat([enc["attention_mask"], mask.long()], dim=1)
+    attn = torch.cat([batch.prompt_mask, mask.long()], dim=1)
     logp, ref_logp, values, entropy = _rollout_scores(model, value_head, gen, attn, response, width, config, device)
     completions = tokenizer.batch_decode(response * mask.long() + tokenizer.pad_token_id * (1 - mask.long()),
                                          skip_special_tokens=True)

@@ -1,8 +1,10 @@
-"""The rewards grpo and ppo take (`rewards: [rule:NAME, rm:DIR]`): a rule verifier as a TRL
-reward function, and the reward-model gate that refuses an `rm:DIR` whose card records too low a
-held-out accuracy.
+"""The rewards grpo and ppo take (`rewards: [rule:NAME, rm:DIR, world, ...]`): each a spec
+(prefdata.base.specs) of a registered backend offering the reward role, parsed and checked by the one
+spec parser as `collect --judge` and `check --scorer` are, and turned into a TRL reward function by its
+backend; and the reward-model gate that refuses an `rm:DIR` whose card records too low a held-out
+accuracy.
 
-A verifier reads the prompt as the data holds it (it parses the user's question), never the text
+A reward reads the prompt as the data holds it (a verifier parses the user's question), never the text
 the policy generated from, which is rendered (trainers/rendering.py): GRPO's dataset carries the
 original beside the rendered prompt as the column RAW_PROMPT, which TRL hands reward functions as a
 keyword; PPO hands its reward the original prompts itself.
@@ -12,31 +14,50 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from prefdata.base.errors import GateFailed, UnusableInput
+from prefdata.base.specs import Spec
 
 RAW_PROMPT = "raw_prompt"  # GRPO's dataset column: the original prompt of each rendered one
+OPTION = "rewards:"
 
 
-def rule_reward(spec: str) -> Callable:
-    """A TRL reward function from a registered verifier (prompt, completion) -> bool | float: its name or
-    its own 'module:function' (prefdata/base/registry.py).
-    It scores the original prompts: TRL's `raw_prompt` keyword (GRPO's dataset column) when given,
-    else `prompts` as they come (PPO hands it the original prompts)."""
-    from prefdata.base.registry import load, resolve
+def reward_specs(rewards: Sequence[str], checked: bool = True) -> list[Spec]:
+    """Each of `rewards` as a spec of a backend offering the reward role (`world` is rule:world);
+    `checked`: its backend's pre-flight too (a missing folder, an unregistered verifier). One line,
+    UnusableInput, naming the entry otherwise."""
+    from prefdata.base.specs import check_spec, parse_spec, silent
 
-    verifier = load("verifier", spec, "rewards: rule")
-    name = resolve("verifier", spec, "rewards: rule").partition(":")[2]
+    if not checked:
+        return [parse_spec(str(spec), "reward", OPTION, notice=silent) for spec in rewards]
+    return [check_spec(str(spec), "reward", OPTION) for spec in rewards]
+
+
+def reward_function(spec: Spec) -> Callable:
+    """A TRL reward function from a reward spec's backend: (prompts, completions) -> one float each.
+    It scores the original prompts: TRL's `raw_prompt` keyword (GRPO's dataset column) when given, else
+    `prompts` as they come (PPO hands it the original prompts)."""
+    from prefdata.base.specs import backend
+
+    score = backend(spec.kind, OPTION).reward(spec)
 
     def reward(prompts, completions, completion_ids=None, **kwargs):
         originals = kwargs.get(RAW_PROMPT) or prompts
         if len(originals) != len(completions):
-            raise ValueError(f"rewards: rule {spec}: {len(originals)} prompts for {len(completions)} completions")
-        return [float(verifier(p, c)) for p, c in zip(originals, completions)]
+            raise ValueError(f"rewards: {spec.written}: {len(originals)} prompts for {len(completions)} completions")
+        return score(list(originals), list(completions))
 
-    reward.__name__ = f"rule_{name}"  # TRL logs each reward function's mean under its name
+    reward.__name__ = getattr(score, "__name__", None) or spec.kind  # TRL logs each reward's mean under its name
     return reward
+
+
+def rule_reward(spec: str) -> Callable:
+    """A TRL reward function from a registered verifier (prompt, completion) -> bool | float: its name or
+    its own 'module:function' (prefdata/base/registry.py)."""
+    from prefdata.base.specs import check_spec
+
+    return reward_function(check_spec(f"rule:{spec}", "reward", OPTION))
 
 
 def rm_reward(path: str) -> Callable:
@@ -45,16 +66,7 @@ def rm_reward(path: str) -> Callable:
     (`raw_prompt`) and completion rendered as the model's card records it was trained. TRL's own
     path for a model folder would score the policy's rendered text without the special tokens and
     the eos the reward model was trained with."""
-    from prefdata.models.reward import RewardModelScorer
-
-    scorer = RewardModelScorer(path)
-
-    def reward(prompts, completions, completion_ids=None, **kwargs):
-        originals = kwargs.get(RAW_PROMPT) or prompts
-        return scorer(list(originals), list(completions))
-
-    reward.__name__ = f"rm_{Path(path).name}"
-    return reward
+    return reward_function(Spec("rm", str(path)))
 
 
 DEFAULT_MIN_RM_ACCURACY = 0.6  # seed pitfall 3: a reward model should rank > 0.6 of held-out pairs right
@@ -70,10 +82,10 @@ def check_reward_models(rewards: list[str], min_accuracy: float | None) -> None:
     if min_accuracy is None:
         return
     waive = "set min_rm_accuracy: null in the config to use it anyway"
-    for spec in rewards:
-        kind, _, target = str(spec).partition(":")
-        if kind != "rm" or not Path(target).is_dir():
-            continue  # rule rewards have no card; a missing folder is the plugin's own one-line error
+    for spec in reward_specs(rewards, checked=False):
+        target = spec.target
+        if spec.kind != "rm" or not Path(target).is_dir():
+            continue  # other rewards have no card; a missing folder is the plugin's own one-line error
         record = Path(target) / "prefdata_train.json"
         if not record.is_file():
             raise UnusableInput(f"rewards: rm:{target} has no prefdata_train.json, so its held-out accuracy is unknown "

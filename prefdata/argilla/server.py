@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from prefdata.base import defaults
 from prefdata.base.errors import PrefdataError
 
 SERVER_VERSION = "2.8.0"
-DEFAULT_PORT = 6900  # Argilla's own default
+DEFAULT_PORT = defaults.ARGILLA_PORT  # Argilla's own (one home, which the commands read too)
 DEFAULT_WORKSPACE = "prefdata"
 OWNER = "owner"
 HERE = Path(__file__).resolve().parent

@@ -13,6 +13,7 @@
                 evaluators and trainers; the paths, servers and variables a deployment's run may reach
     yamlkeys    YAML as every file the project reads takes it (a key given twice refused)
     files       a file opened only when it is a regular file, read with a bound (store files, side inputs)
+    defaults    defaults the command line shares with modules too heavy for `--help` (batch rows, ...)
 
 May import: nothing of prefdata.
 """

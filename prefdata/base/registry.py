@@ -4,14 +4,19 @@ A run parameter is data, never code. Anyone who can create a flow run (the Prefe
 OSS Prefect does not authenticate, or `prefdata run --param`) and anyone who writes a config file
 may name only what is registered here, never an arbitrary `module:function`:
 
-- **Python callables**, by kind (`KINDS`): verifiers (`rule:NAME` judges, scorers and rewards, the
-  simulated annotators' truth), repair rules, evaluators, trainer plugins. Each kind is one
-  entry-point group. prefdata's own entries are its built-ins (pyproject.toml); another installed
+- **Python callables and objects**, by kind (`KINDS`): verifiers (`rule:NAME` judges, scorers and
+  rewards, the simulated annotators' truth), repair rules, evaluators, trainer plugins, and backends
+  (the KIND of every `KIND:TARGET` judge, scorer and reward spec: `llm`, `rm`, `lm`, `rule`,
+  `verdicts`, and whatever another package or the operator adds; prefdata.base.specs says what a
+  backend object is). Each kind is one entry-point group. prefdata's own entries are its built-ins (pyproject.toml); another installed
   package adds names in the same groups; the operator adds names in a TOML file that the environment
   variable PREFDATA_REGISTRY points at (the worker's environment: a run cannot set it):
 
       [verifiers]
       math = "my_rules:verify_math"        # then: judge: "rule:math"
+
+      [backends]
+      myjudge = "my_judges:backend"        # then: --judge myjudge:TARGET, --scorer myjudge:TARGET
 
       [allow]                              # what a deployment's run may name (flows only)
       api_key_env = ["OPENAI_API_KEY"]     # environment variables a run may read a key from
@@ -59,6 +64,9 @@ KINDS = {
     "repair": Kind("repairs", "repair rule (prompt, reply) -> reply"),
     "evaluator": Kind("evaluators", "evaluator (model folder) -> figures"),
     "trainer": Kind("trainers", "trainer plugin", callable=False),
+    "backend": Kind("backends", "judge backend (the NAME of a NAME:TARGET judge, scorer or reward spec)",
+                    callable=False),
+    "check": Kind("checks", "check (a checks.registry.Check)", callable=False),
 }
 
 
@@ -127,16 +135,21 @@ def entries(kind: str) -> dict[str, Entry]:
     return found
 
 
-def _refusal(kind: str, spec: str, where: str, known: dict[str, Entry]) -> UnusableInput:
+def refusal(kind: str, spec: str, where: str, names, what: str | None = None,
+            use: str | None = None) -> UnusableInput:
+    """The one-line refusal of a name that is not registered: the closest of `names` (did you mean), what
+    to use instead (`use`, else one of `names`), and how to register one. `what` names a member in the
+    message (default: the kind's own words): a spec's kind says which role it was asked for."""
     import difflib
 
-    names = sorted(known)
-    near = difflib.get_close_matches(spec, names, n=1)
+    names = list(names)
+    near = difflib.get_close_matches(spec, names, n=1, cutoff=0.7)  # 0.6 offers 'rule' for 'oracle'
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     group = _kind(kind)
+    target = "module:function" if group.callable else "module:object"
     return UnusableInput(
-        f"{where} {spec!r} is not a registered {group.what}{hint}: use one of {', '.join(names) or 'none yet'}; "
-        f"to add one, name its module:function under [{group.section}] in the file {FILE_ENV} points at, or as an "
+        f"{where} {spec!r} is not a registered {what or group.what}{hint}: use {use or 'one of ' + (', '.join(names) or 'none yet')}; "
+        f"to add one, name its {target} under [{group.section}] in the file {FILE_ENV} points at, or as an "
         f"entry point in the group {group.group}")
 
 
@@ -149,7 +162,7 @@ def resolve(kind: str, spec: str, where: str) -> str:
         return known[spec].target
     if spec in {e.target for e in known.values()}:
         return spec
-    raise _refusal(kind, spec, where, known)
+    raise refusal(kind, spec, where, sorted(known))
 
 
 def load(kind: str, spec: str, where: str):

@@ -6,6 +6,9 @@ trainers' held-out preference and pairwise accuracy).
     decide(score_a, score_b)    a Decision: "a" or "b" (the higher score), or undecided with its reason
     attempt(scorer, *args)      the scorer's value, or the exception it raised (decide reads it as an error)
 
+A backend (prefdata.base.specs) that turns scores into verdicts decides by this rule too: prefdata's own
+(prefdata/gate/backends.py) all do, through the judges and scorers above.
+
 The rule, the same on every path:
 
     one score higher                    label "a" | "b", the caller's reason ("verifier", "margin")

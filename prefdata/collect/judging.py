@@ -17,6 +17,10 @@ error leave the pair undecided (never a tie, never a preference).
 
 Every Verdict names its judge, model and (LLM) template name, version and sha256; JudgeReport
 summarises a run: counts and the position-consistency rate.
+
+A judge spec (`llm:`, `rm:`, `rule:`, or another registered backend's KIND:TARGET) becomes one of these
+through its backend (prefdata.base.specs; prefdata's own: prefdata/gate/backends.py): the collect flow,
+`check --scorer` and the commands never name these classes by a spec's kind.
 """
 
 from __future__ import annotations
@@ -215,33 +219,42 @@ class _Call:
 
 
 class LocalChat:
-    """Chat replies from a causal LM in this process (transformers), greedy: an LLM judge without a
-    server. Each conversation is rendered by the one chat rendering (prefdata.models.chat, its chat
-    template on; a judge only reads prompts, so a template that drops the assistant's turn, as the
-    demo world's judge's, serves) and tokenised as `chat.encode` does, one BOS whether the template
-    writes it or the tokenizer adds it; left-padded batches of `batch_size` share one `generate`. A
-    model without a chat template is refused in one line: a judge must be asked as a chat model is."""
+    """Greedy chat replies in this process: an LLM judge without a server, served by one of
+    sampling's in-process backends (prefdata.collect.sampling: `engine` "transformers", the
+    TransformersSampler, or "vllm", the VLLMSampler) built as a judge's. Each conversation is rendered
+    by the one chat rendering (prefdata.models.chat, its chat template on; a judge only reads prompts,
+    so a template that drops the assistant's turn, as the demo world's judge's, serves) and tokenised
+    as `chat.encode` does, one BOS whether the template writes it or the tokenizer adds it;
+    `batch_size` conversations share one generate. A model without a chat template is refused in
+    one line: a judge must be asked as a chat model is."""
 
-    def __init__(self, model_path: str, max_tokens: int = 512, batch_size: int = 8):
-        from prefdata.models.chat import resolve
-        from prefdata.models.loading import load_causal_lm, load_tokenizer
+    ENGINES = ("transformers", "vllm")
 
+    def __init__(self, model_path: str, max_tokens: int = 512, batch_size: int = 8, engine: str = "transformers"):
+        from prefdata.collect.sampling import TransformersSampler, VLLMSampler
+
+        if engine not in self.ENGINES:
+            raise ValueError(f"LocalChat: engine={engine!r} is not one of {', '.join(self.ENGINES)}")
         self.max_tokens, self.batch_size = max_tokens, batch_size
-        self.tokenizer = load_tokenizer(model_path, padding_side="left")
-        try:
-            self.rendering = resolve(self.tokenizer, "true", replies=False)
-        except ValueError:
-            raise UnusableInput(f"judge model {model_path}: its tokenizer has no chat template; an LLM judge "
-                                "needs a chat (instruct) model, or use a verifier (rule:NAME)") from None
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = load_causal_lm(model_path).eval()
+        if engine == "vllm":
+            self.backend = VLLMSampler(model_path, judge=True)
+        else:
+            self.backend = TransformersSampler(model_path, batch_size=batch_size, judge=True)
         # one batch at a time: torch spreads one generate over the cores, and a fast tokenizer shared
         # by threads fails ("Already borrowed") when two calls pad at once
         self._lock = threading.Lock()
-        eos = self.model.generation_config.eos_token_id
-        eos = eos if eos is not None else self.tokenizer.eos_token_id
-        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]) - {None}) or None
+
+    @property
+    def tokenizer(self):
+        return self.backend.tokenizer
+
+    @property
+    def rendering(self):
+        return self.backend.rendering
+
+    @property
+    def model(self):
+        return getattr(self.backend, "model", None)  # the transformers backend's; vLLM's engine holds its own
 
     def replies(self, conversations: list[list[dict]]) -> list[_Call]:
         out: list[_Call] = []
@@ -249,22 +262,10 @@ class LocalChat:
             batch = conversations[start:start + self.batch_size]
             try:
                 with self._lock:
-                    out += [_Call(text, None, 1) for text in self._generate(batch)]
+                    out += [_Call(text, None, 1) for text in self.backend.greedy(batch, self.max_tokens)]
             except Exception as error:  # noqa: BLE001 - a failed batch is its pairs' problem, never a crash
                 out += [_Call(None, f"{type(error).__name__}: {error}", 1) for _ in batch]
         return out
-
-    def _generate(self, batch: list[list[dict]]) -> list[str]:
-        import torch
-
-        from prefdata.models.chat import render_prompt
-
-        texts = [render_prompt(self.tokenizer, self.rendering, c) for c in batch]
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True)  # = chat.encode(tokenizer, text), left-padded
-        with torch.inference_mode():
-            ids = self.model.generate(**enc, do_sample=False, max_new_tokens=self.max_tokens,
-                                      pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids)
-        return self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 class PairwiseLLMJudge:

@@ -4,11 +4,17 @@ One method, three backends:
 
     sample(prompts, n, params) -> list[list[Candidate]]     n candidates for every prompt, in order
 
-    TransformersSampler(path)      in process: batched `generate` with left padding, the KV cache and
-                                   num_return_sequences=n (one forward pass serves n candidates)
+    TransformersSampler(path)      in process: the one generate loop (prefdata.models.generation),
+                                   left-padded batches, num_return_sequences=n (one forward pass
+                                   serves n candidates)
     OpenAICompatibleSampler(url)   any OpenAI-compatible server (vLLM, TGI, `transformers serve`,
                                    hosted APIs), requests in a bounded thread pool
-    VLLMSampler(path)              in-process vLLM, when it is installed
+    VLLMSampler(path)              in-process vLLM, when it is installed (its own engine's generate)
+
+The two in-process backends also serve an LLM judge (judging.LocalChat): built with `judge=True`
+(the chat template on, a template that drops the assistant's turn accepted: a judge's replies are
+read, never trained on), `greedy(prompts, max_new_tokens)` gives one greedy reply per prompt and
+leaves torch's RNG alone.
 
 Every Candidate carries what the checklist's `same_policy` item needs to verify that both sides
 of a pair come from one policy and one sampling setup: the model, its revision (hub commit or a
@@ -89,11 +95,19 @@ def prompt_messages(prompt: Prompt) -> str | None:
     return None if isinstance(prompt, str) else messages_json(prompt)
 
 
-def _resolved(tokenizer, chat: str, system: str | None, who: str) -> Rendering:
+def _resolved(tokenizer, chat: str, system: str | None, model: str, judge: bool = False) -> Rendering:
+    """The rendering of a policy's prompts; `judge`: of a judge's conversations, always through the
+    chat template (a judge is asked as a chat model is), which need not write the assistant's turn."""
+    if judge:
+        try:
+            return resolve(tokenizer, "true", system, replies=False)
+        except ValueError:
+            raise UnusableInput(f"judge model {model}: its tokenizer has no chat template; an LLM judge needs a chat "
+                                "(instruct) model, or use a verifier (rule:NAME)") from None
     try:
         return resolve(tokenizer, chat, system)
     except ValueError as error:  # chat: true without a usable template: one line, with the fix
-        raise UnusableInput(f"{who}: {error}") from None
+        raise UnusableInput(f"policy {model}: {error}") from None
 
 
 def model_revision(path: str | Path) -> str | None:
@@ -131,68 +145,56 @@ def _check_n(prompts: list[Prompt], n: int) -> None:
 
 
 class TransformersSampler:
-    """Batched sampling in process. `batch_size` prompts go through one `generate` call with
-    num_return_sequences=n, so a call produces batch_size * n candidates. Reproducible: one
-    torch.manual_seed(params.seed) per `sample` call, so the same prompts, n, params and batch_size
-    give the same candidates (a different batch_size draws the random numbers in another order).
+    """Batched sampling in process, through the one generate loop (prefdata.models.generation):
+    `batch_size` prompts go through one `generate` call with num_return_sequences=n, so a call
+    produces batch_size * n candidates, each cut at the model's first stop id (chat checkpoints often
+    have several: Llama 3's <|end_of_text|> and <|eot_id|>). Reproducible: torch's RNG is seeded
+    once per `sample` call (params.seed), so the same prompts, n, params and batch_size give the same
+    candidates (a different batch_size draws the random numbers in another order).
 
     Each prompt is rendered (`chat`, `system`: prefdata.models.chat) and tokenised as the trainers
     tokenise it, `tokenizer(text)` with its special tokens, so a row's ids are
-    `chat.encode(tokenizer, chat.render_prompt(...))` behind its left padding."""
+    `chat.encode(tokenizer, chat.render_prompt(...))` behind its left padding. `judge=True`: the
+    backend of an in-process LLM judge (see the module doc)."""
 
     name = "transformers"
 
     def __init__(self, model_path: str | Path, device: str = "cpu", batch_size: int = 16, chat: str = "auto",
-                 system: str | None = None):
+                 system: str | None = None, judge: bool = False):
+        from prefdata.models.generation import stop_ids
         from prefdata.models.loading import load_causal_lm, load_tokenizer
 
         self.model_path, self.batch_size = str(model_path), batch_size
-        # Left padding: generation appends on the right, so every row's last position must be a real token.
         self.tokenizer = load_tokenizer(model_path, padding_side="left")
-        self.rendering = _resolved(self.tokenizer, chat, system, f"policy {self.model_path}")
+        self.rendering = _resolved(self.tokenizer, chat, system, self.model_path, judge)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = load_causal_lm(model_path).to(device).eval()
         self.revision = getattr(self.model.config, "_commit_hash", None) or model_revision(model_path)
-        # Chat checkpoints often end turns with several ids (Llama 3: <|end_of_text|>, <|eot_id|>): stop at any.
-        eos = self.model.generation_config.eos_token_id
-        eos = eos if eos is not None else self.tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.stop_ids = stop_ids(self.model, self.tokenizer)
 
-    def _generation_config(self, n: int, params: SamplingParams):
-        from transformers import GenerationConfig
+    def _generate(self, prompts: list[Prompt], decoding, seed: int | None):
+        from prefdata.models.generation import generate
 
-        sampling = dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k) if params.do_sample else {}
-        return GenerationConfig(do_sample=params.do_sample, max_new_tokens=params.max_new_tokens, num_return_sequences=n,
-                                use_cache=True, pad_token_id=self.tokenizer.pad_token_id,
-                                eos_token_id=sorted(self.eos_ids) or None, **sampling)
+        texts = [render_prompt(self.tokenizer, self.rendering, p) for p in prompts]
+        return generate(self.model, self.tokenizer, texts, decoding, self.stop_ids, seed=seed,
+                        batch_size=self.batch_size)
 
     def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]:
-        import torch
+        from prefdata.models.generation import Decoding
 
         _check_n(prompts, n)
-        torch.manual_seed(params.seed)
-        config = self._generation_config(n, params)
-        out: list[list[Candidate]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start:start + self.batch_size]
-            texts = [render_prompt(self.tokenizer, self.rendering, p) for p in batch]
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.model.device)
-            with torch.inference_mode():
-                ids = self.model.generate(**enc, generation_config=config)
-            new = ids[:, enc["input_ids"].shape[1]:].tolist()  # rows: prompt 0 x n, prompt 1 x n, ...
-            for i, prompt in enumerate(batch):
-                group = []
-                for j in range(n):
-                    tokens = new[i * n + j]
-                    # A row that stopped early is padded after its eos; cut there, not at the first pad.
-                    stop = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
-                    text = self.tokenizer.decode(tokens[:stop], skip_special_tokens=True)
-                    group.append(Candidate(prompt_text(prompt), text, self.model_path, self.revision, params.as_dict(),
-                                           self.name, j, "stop" if stop is not None else "length",
-                                           prompt_messages=prompt_messages(prompt)))
-                out.append(group)
-        return out
+        decoding = Decoding(params.max_new_tokens, params.temperature, params.top_p, params.top_k, n)
+        rows = self._generate(prompts, decoding, params.seed)  # prompt 0 x n, prompt 1 x n, ...
+        return [[Candidate(prompt_text(prompt), row.text, self.model_path, self.revision, params.as_dict(), self.name,
+                           j, row.finish, prompt_messages=prompt_messages(prompt))
+                 for j, row in enumerate(rows[i * n:(i + 1) * n])] for i, prompt in enumerate(prompts)]
+
+    def greedy(self, prompts: list[Prompt], max_new_tokens: int) -> list[str]:
+        """One greedy reply per prompt, torch's RNG left as it is (a judge runs beside sampling)."""
+        from prefdata.models.generation import Decoding
+
+        return [row.text for row in self._generate(prompts, Decoding(max_new_tokens), seed=None)]
 
 
 def _request_seed(seed: int, prompt_index: int, candidate_index: int) -> int:
@@ -338,7 +340,8 @@ class VLLMSampler:
 
     name = "vllm"
 
-    def __init__(self, model_path: str | Path, chat: str = "auto", system: str | None = None, **engine_kwargs):
+    def __init__(self, model_path: str | Path, chat: str = "auto", system: str | None = None, judge: bool = False,
+                 **engine_kwargs):
         try:
             import vllm
         except ImportError as error:
@@ -350,7 +353,7 @@ class VLLMSampler:
         self.revision = model_revision(model_path)
         self._vllm, self._llm = vllm, vllm.LLM(model=self.model_path, **engine_kwargs)
         self.tokenizer = self._llm.get_tokenizer()
-        self.rendering = _resolved(self.tokenizer, chat, system, f"policy {self.model_path}")
+        self.rendering = _resolved(self.tokenizer, chat, system, self.model_path, judge)
 
     def sample(self, prompts: list[Prompt], n: int, params: SamplingParams) -> list[list[Candidate]]:
         _check_n(prompts, n)
@@ -360,3 +363,10 @@ class VLLMSampler:
         return [[Candidate(prompt_text(p), c.text, self.model_path, self.revision, params.as_dict(), self.name, j,
                            c.finish_reason, prompt_messages=prompt_messages(p))
                  for j, c in enumerate(out.outputs)] for p, out in zip(prompts, self._llm.generate(texts, sp))]
+
+    def greedy(self, prompts: list[Prompt], max_new_tokens: int) -> list[str]:
+        """One greedy reply per prompt (temperature 0): an in-process judge's backend."""
+        sp = self._vllm.SamplingParams(n=1, temperature=0.0, max_tokens=max_new_tokens)
+        texts = [render_prompt(self.tokenizer, self.rendering, p) for p in prompts]
+        # vLLM's own engine, not transformers' generate: prefdata.models.generation does not drive it
+        return [out.outputs[0].text for out in self._llm.generate(texts, sp)]

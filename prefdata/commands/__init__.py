@@ -8,6 +8,7 @@
     serve     `prefdata serve` and `prefdata run`: prefect.yaml's deployments
     export    `prefdata export`: a validated version for TRL, OpenRLHF or LLaMA-Factory
     console   the terminal every command writes to
+    options   an option built from its flow model's or config's field (default, help, bounds)
 
 Heavy libraries (torch, TRL, Prefect, Great Expectations) load inside the commands that use
 them, so `prefdata --help` loads none.

@@ -10,7 +10,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from prefdata.base import defaults
 from prefdata.base.errors import UnusableInput
+from prefdata.commands.options import option
+from prefdata.flows.params import Argilla
 
 app = typer.Typer(help="Human labels in Argilla: a local server (up/down/status), users, push pairs, pull votes.",
                   no_args_is_help=True)
@@ -21,7 +24,6 @@ DirOpt = Annotated[Optional[Path], typer.Option("--dir", help="Server folder (de
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help="Argilla URL (default: $ARGILLA_API_URL, else the local server's).")]
 KeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key of an owner or workspace admin (default: $ARGILLA_API_KEY, else the local owner's); - reads it from stdin, since every user of the machine can read a command line.")]
 DatasetOpt = Annotated[str, typer.Option("--dataset", help="Argilla dataset name.")]
-WorkspaceOpt = Annotated[str, typer.Option("--workspace", help="Argilla workspace.")]
 
 
 def _say(text: str) -> None:
@@ -59,7 +61,7 @@ def _connection(url: str | None, api_key: str | None, workdir: Path | None = Non
 
 
 @app.command()
-def up(port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 6900, workdir: DirOpt = None) -> int:
+def up(port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = defaults.ARGILLA_PORT, workdir: DirOpt = None) -> int:
     """Start a real argilla-server on 127.0.0.1 (its environment is built on first use)."""
     from prefdata.argilla.server import LocalArgilla
 
@@ -102,7 +104,7 @@ def add_user_cmd(
     username: Annotated[str, typer.Argument(help="Login name (lowercase letters, digits, - and _).")],
     password: Annotated[Optional[str], typer.Option(help="Web UI password (default: a random one, printed); - reads it from stdin (after the key, with --api-key -), since every user of the machine can read a command line.")] = None,
     role: Annotated[str, typer.Option(help="annotator, admin or owner.")] = "annotator",
-    workspace: WorkspaceOpt = "prefdata",
+    workspace: str = option(Argilla, "workspace"),
     url: UrlOpt = None, api_key: KeyOpt = None, workdir: DirOpt = None,
 ) -> int:
     """Create a user who can log in to the web UI, as a member of the workspace (needs an owner key)."""
@@ -180,11 +182,11 @@ def push(
     source: Annotated[str, typer.Argument(help="Pairs: a .jsonl/.parquet/.csv with pair_id, prompt, response_a, "
                                                "response_b (a routing queue, an import's comparisons), or NAME@VERSION: "
                                                "a label audit of its chosen/rejected pairs, sent blind.")],
-    dataset: DatasetOpt, workspace: WorkspaceOpt = "prefdata",
-    overlap: Annotated[int, typer.Option(help="Annotators who must submit each pair (TaskDistribution).")] = 1,
+    dataset: DatasetOpt, workspace: str = option(Argilla, "workspace"),
+    overlap: int = option(Argilla, "overlap"),
     card: Annotated[Optional[Path], typer.Option(help="Guideline document / dataset card: its Annotation guidelines, "
                                                       "Rubric and Edge cases become the dataset's guidelines.")] = None,
-    suggestions: Annotated[bool, typer.Option(help="Show judge verdicts (judge_label) as suggestions.")] = True,
+    suggestions: bool = option(Argilla, "suggestions"),
     seed: Annotated[int, typer.Option(help="Seed of the per-pair A/B order and of --sample.")] = 0,
     sample: Annotated[Optional[int], typer.Option(help="Push only this many pairs, drawn by --seed (the same ones "
                                                        "on every push; a larger sample extends a smaller one).")] = None,
@@ -213,7 +215,7 @@ def push(
 def pull(
     dataset: DatasetOpt,
     out: Annotated[Path, typer.Option(help="Votes table to write: .parquet, .jsonl or .csv (pair_id, annotator, vote, ...).")],
-    workspace: WorkspaceOpt = "prefdata",
+    workspace: str = option(Argilla, "workspace"),
     url: UrlOpt = None, api_key: KeyOpt = None, workdir: DirOpt = None,
 ) -> int:
     """Pull submitted votes (mapped back through each record's A/B order) and report agreement."""

@@ -11,9 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
+from prefdata.base import defaults
 from prefdata.base.errors import GateFailed, NoSpace, PrefdataError, UnusableInput
 from prefdata.base.outputs import writable_dir, writable_file
 from prefdata.commands.console import terminal, track
+# An option that stands for a field of a flow's model is built from that field (its default and help),
+# a default shared with a polars module is read from base.defaults: pydantic loads for `--help`, no
+# heavier library does.
+from prefdata.commands.options import option
+from prefdata.flows.params import Checks, Humans, Training
 
 app = typer.Typer(
     name="prefdata",
@@ -25,11 +31,6 @@ app = typer.Typer(
     context_settings={"max_content_width": 120},
 )
 _state = {"verbose": False}
-
-# Defaults that live in modules too heavy to import for `prefdata --help` (polars), written out here;
-# tests/test_options.py holds each equal to its source.
-BATCH_ROWS = 1_000_000  # prefdata.data.columnar.BATCH_ROWS
-MAX_TEXT_BYTES = 1 << 20  # prefdata.data.importer.DEFAULT_MAX_TEXT_BYTES
 
 ROW_BY_ROW_NOTE_ROWS = 100_000  # a smaller file imports in seconds either way: no note
 
@@ -82,18 +83,17 @@ def apply_quiet_defaults(environ=os.environ, stdout=sys.stdout) -> None:
 @app.command("import")
 def import_cmd(
     src: Annotated[Path, typer.Argument(help="JSONL, JSON, CSV, TSV or Parquet file; JSONL, JSON, CSV and TSV also gzipped or zstd-compressed (.gz, .zst).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="auto, trl, trl-chat, hh-rlhf or comparisons.")] = "auto",
+    format: Annotated[str, typer.Option("--format", "-f", help="auto, trl, trl-chat, hh-rlhf or comparisons.")] = defaults.IMPORT_FORMAT,
     votes: Annotated[Optional[Path], typer.Option(help="Long votes table: pair_id, annotator, vote (a|b|tie).")] = None,
     name: Annotated[Optional[str], typer.Option(help="Write a draft version NAME@VERSION into the store.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write normalised rows to this .jsonl or .parquet file.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the import summary here.")] = None,
     card: Annotated[Optional[Path], typer.Option(help="Guideline document (Markdown) for the dataset card.")] = None,
-    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = MAX_TEXT_BYTES,
-    aggregate: Annotated[str, typer.Option(help="How votes become a label: majority (more than half) or dawid-skene "
-                                                "(weighted by each annotator's estimated quality).")] = "majority",
+    max_text_bytes: Annotated[int, typer.Option(help="Quarantine rows with a text field larger than this.", min=1)] = defaults.MAX_TEXT_BYTES,
+    aggregate: str = option(Humans, "aggregate"),
     batch_rows: Annotated[int, typer.Option(help="With --name, a Parquet, JSON Lines, JSON, CSV or TSV file of more "
                                                  "rows than this goes into the store this many rows at a time (bounds "
-                                                 "memory).", min=1)] = BATCH_ROWS,
+                                                 "memory).", min=1)] = defaults.BATCH_ROWS,
     onto: Annotated[Optional[str], typer.Option(help="With --name: a version NAME@VERSION of the store (or previous: "
                                                      "NAME's newest validated one, if any) whose rows the new draft "
                                                      "holds before the file's (a growing dataset: the parent's files "
@@ -275,10 +275,6 @@ def verify(ref: Annotated[str, typer.Argument(help="NAME@VERSION")], store: Stor
     return 0
 
 
-# The checklist's options of check, filter and publish: the fields of the flows' Checks
-# (prefdata/flows/params.py), with their descriptions as help, written out here because importing
-# those pydantic models would triple `prefdata --help`'s time; tests/test_options.py holds every
-# name, default and help text equal to the field's.
 def _shipped_checklist(config: Path | None) -> Path | None:
     """--config world: the demo world's checklist file, as the flows take it (flows.params.shipped)."""
     if config is None or str(config) != "world" or config.exists():
@@ -286,26 +282,6 @@ def _shipped_checklist(config: Path | None) -> Path | None:
     from prefdata.flows.params import shipped
 
     return Path(shipped("world", "checklist"))
-
-
-CheckOpts = {
-    "config": typer.Option(help="Checklist YAML (thresholds, waivers), small-data (the shipped preset for smoke runs "
-                                "on a few dozen pairs) or world (the demo world's waivers); default: the one a "
-                                "validated version was validated with, else checks/checklist.yaml."),
-    "strict": typer.Option(help="A check that cannot run (skip) fails the gate."),
-    "report_dir": typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs here "
-                                    "(default: .prefdata/reports/NAME-VERSION)."),
-    "scorer": typer.Option(help="Independent scorer for label_direction: rm:PATH, lm:PATH, llm:MODEL@URL or llm:PATH "
-                                "(an LLM judge, served or in process), rule:NAME, world or verdicts:FILE."),
-    "reference_prompts": typer.Option(help="Production prompts for prompt_distribution: .txt (one per line) or a "
-                                           "table with a prompt column."),
-    "eval_data": typer.Option("--eval", help="Eval set (file or NAME@VERSION) for split_isolation."),
-    "full": typer.Option(help="Check every row: never take the row-local results a growing version's "
-                              "validated parent stored for the files they share (the verdict is the same, only slower)."),
-    "benchmarks": typer.Option("--benchmark", help="Benchmark prompts for decontamination (repeatable): a .jsonl, .json or .parquet with "
-                                          "a prompt column, a .txt (one prompt a line), or a folder holding one such file "
-                                          "(named by the folder: ../shared/data/ifeval)."),
-}
 
 
 def _print_reuse(results, info: dict) -> None:
@@ -374,16 +350,16 @@ def check(
     data: Annotated[Optional[str], typer.Argument(help="A data file (any format `import` reads) or NAME@VERSION.")] = None,
     votes: Annotated[Optional[Path], typer.Option(help="Long votes table (pair_id, annotator, vote): a data file's, or "
                                                        "for NAME@VERSION a label audit's from `prefdata argilla pull`.")] = None,
-    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
-    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
-    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
+    eval_data: Optional[str] = option(Checks, "eval_data", "--eval"),
+    reference_prompts: Optional[Path] = option(Checks, "reference_prompts"),
+    benchmarks: Optional[list[str]] = option(Checks, "benchmarks", "--benchmark"),
     card: Annotated[Optional[Path], typer.Option(help="Dataset card / guideline document (Markdown).")] = None,
-    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
-    strict: Annotated[bool, CheckOpts["strict"]] = False,
+    config: Optional[Path] = option(Checks, "config"),
+    strict: bool = option(Checks, "strict"),
     report_dir: Annotated[Optional[Path], typer.Option(help="Write report.md, junit.xml, report.html and GX Data Docs "
                                                             "here (default: none are written).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
-    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
+    scorer: Optional[str] = option(Checks, "scorer"),
     tokenizer: Annotated[Optional[str], typer.Option(help="The trainer's model folder: template_fit renders every pair with its tokenizer.")] = None,
     max_length: Annotated[Optional[int], typer.Option(help="template_fit: the trainer's max_length in tokens (prefdata's dpo/rm/sft cut; default: the config's, 256).", min=1)] = None,
     chat: Annotated[str, typer.Option(help="template_fit: render the pairs through the tokenizer's chat template (true), as plain text (false), or auto: as NAME@VERSION's lineage records they were sampled, else the template when the tokenizer has one that writes replies.")] = "auto",
@@ -392,8 +368,8 @@ def check(
                                                                     "thresholds (with --config: that config's), then exit.")] = False,
     batch_rows: Annotated[int, typer.Option(help="A Parquet, JSON Lines, JSON, CSV or TSV file of more rows than this "
                                                  "is checked this many rows at a time, from temporary shards (bounds "
-                                                 "memory).", min=1)] = BATCH_ROWS,
-    full: Annotated[bool, CheckOpts["full"]] = False,
+                                                 "memory).", min=1)] = defaults.BATCH_ROWS,
+    full: bool = option(Checks, "full"),
     store: StoreOpt = None,
     dask: Annotated[Optional[str], typer.Option(help="Run the checks that read every row (row-local ones, exact and "
                                                      "near duplicates, split isolation, agreement) on Dask: local:N "
@@ -505,9 +481,9 @@ def _check_rendering(tokenizer, chat: str, system_prompt: str | None, lineage: d
 def filter_cmd(
     ref: Annotated[str, typer.Argument(help="NAME@VERSION to filter.")],
     drop: Annotated[str, typer.Option(help="Comma-separated row-level checks whose offending rows are removed.")]
-    = "exact_duplicates,near_duplicates,length_ratio,degenerate_pairs",
-    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
-    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
+    = ",".join(defaults.FILTER_DROP),
+    config: Optional[Path] = option(Checks, "config"),
+    benchmarks: Optional[list[str]] = option(Checks, "benchmarks", "--benchmark"),
     name: Annotated[Optional[str], typer.Option(help="Name of the new version (default: the same name).")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the filter summary here.")] = None,
     votes: Annotated[Optional[Path], typer.Option(help="A label audit's votes (`prefdata argilla pull`), for "
@@ -540,14 +516,14 @@ def filter_cmd(
 @app.command()
 def publish(
     ref: Annotated[str, typer.Argument(help="NAME@VERSION of a draft.")],
-    eval_data: Annotated[Optional[str], CheckOpts["eval_data"]] = None,
-    reference_prompts: Annotated[Optional[Path], CheckOpts["reference_prompts"]] = None,
-    benchmarks: Annotated[Optional[list[str]], CheckOpts["benchmarks"]] = None,
-    config: Annotated[Optional[Path], CheckOpts["config"]] = None,
-    strict: Annotated[bool, CheckOpts["strict"]] = False,
-    report_dir: Annotated[Optional[Path], CheckOpts["report_dir"]] = None,
-    scorer: Annotated[Optional[str], CheckOpts["scorer"]] = None,
-    full: Annotated[bool, CheckOpts["full"]] = False,
+    eval_data: Optional[str] = option(Checks, "eval_data", "--eval"),
+    reference_prompts: Optional[Path] = option(Checks, "reference_prompts"),
+    benchmarks: Optional[list[str]] = option(Checks, "benchmarks", "--benchmark"),
+    config: Optional[Path] = option(Checks, "config"),
+    strict: bool = option(Checks, "strict"),
+    report_dir: Optional[Path] = option(Checks, "report_dir"),
+    scorer: Optional[str] = option(Checks, "scorer"),
+    full: bool = option(Checks, "full"),
     store: StoreOpt = None,
 ) -> int:
     """Run the checklist on a version and mark it validated only when the gate passes (else rejected)."""
@@ -615,11 +591,11 @@ def train_command(
     method: Annotated[str, typer.Argument(help="rm, dpo, grpo, ppo, sft (the control), or a method another package registers.")],
     version: Annotated[Optional[str], typer.Argument(metavar="[NAME@VERSION]", help="A validated version, as every other command takes it (or --dataset).")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="NAME@VERSION of a validated version: the argument's older spelling.")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="YAML config: the method's fields (TRL's config plus prefdata's; --show-config lists them).")] = None,
-    base_model: Annotated[Optional[str], typer.Option(help="Model to start from: folder, .gguf file, hub name, or world (the demo world's SFT model) (default: the config's).")] = None,
-    output_dir: Annotated[Optional[Path], typer.Option(help="Where the model and its card go (default: .prefdata/runs/METHOD-NAME-VERSION).")] = None,
-    chat: Annotated[Optional[str], typer.Option(help="Render prompts through the base model's chat template: auto, true or false (default: the config's chat, auto unless it says otherwise).")] = None,
-    system_prompt: Annotated[Optional[str], typer.Option(help="A system prompt put before every prompt (default: the config's, else the one the version records).")] = None,
+    config: Optional[Path] = option(Training, "config"),
+    base_model: Optional[str] = option(Training, "base_model"),
+    output_dir: Optional[Path] = option(Training, "output_dir"),
+    chat: Optional[str] = option(Training, "chat"),
+    system_prompt: Optional[str] = option(Training, "system_prompt"),
     verbose: Annotated[bool, typer.Option("--verbose", help="Show each step's metrics and every figure (always in DIR/train.log and the card).")] = False,
     show_config: Annotated[bool, typer.Option("--show-config", help="Print every field of METHOD's config (TRL's and prefdata's) with its default and help, as YAML lines; trains nothing.")] = False,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", min=1, help="Stop after N optimizer steps: the config's max_steps (TRL's name).")] = None,

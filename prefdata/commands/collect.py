@@ -17,9 +17,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from prefdata.base import defaults
 from prefdata.base.errors import UnusableInput
+from prefdata.commands.options import option
+from prefdata.flows.params import Humans, Judge, Policy, Prompts
 
-JUDGE_KINDS = ("llm", "rm", "rule")  # prefdata.base.specs: the one syntax of judges and scorers
 WORLD = "world"  # --prompts, --policy and --judge: the embedded demo world's prompts, SFT model and verifier
 # Below this share of decided pairs, the run says what a weak judge means (the rest went to humans).
 WEAK_JUDGE_SHARE = 0.2
@@ -43,35 +45,13 @@ def argilla_ready(url: str) -> str:
 
 
 def judge_params(spec: str, option: str = "--judge") -> dict[str, Any]:
-    """A judge spec (prefdata.base.specs) -> the collect flow's Judge fields, checked as far as can be
-    before anything is sampled; UnusableInput (one line, naming `option`) for a bad spec."""
-    from prefdata.base.specs import parse_spec
+    """A judge spec (prefdata.base.specs: a registered backend offering the judge role) -> the collect
+    flow's Judge fields, checked by its backend as far as can be before anything is sampled (a template, a
+    model folder, a registered verifier); UnusableInput (one line, naming `option`) for a bad spec."""
+    from prefdata.base.specs import check_spec
+    from prefdata.flows.params import Judge
 
-    parsed = parse_spec(spec, JUDGE_KINDS, option)
-    if parsed.kind == "llm":
-        from prefdata.collect.judging import Template
-        from prefdata.flows.params import Judge
-        from prefdata.models.loading import is_gguf
-
-        template = parsed.template or Judge.model_fields["template"].default
-        Template.load(template)  # an unknown template: one line naming the known ones
-        if parsed.base_url:
-            return {"kind": "llm", "model": parsed.target, "base_url": parsed.base_url, "template": template}
-        path = Path(parsed.target)
-        if not (path.is_dir() or (is_gguf(path) and path.is_file())):
-            raise UnusableInput(f"{option} {spec!r}: {path} is no model folder or .gguf file; a served judge is "
-                                "llm:MODEL@http://HOST:PORT/v1")
-        return {"kind": "llm", "model": str(path.resolve()), "base_url": None, "template": template}
-    if parsed.kind == "rm":
-        if not Path(parsed.target).is_dir():
-            raise UnusableInput(f"{option} {spec!r}: {parsed.target} is not a reward-model folder")
-        return {"kind": "reward_model", "model": str(Path(parsed.target).resolve())}
-    from prefdata.base.registry import resolve
-    from prefdata.collect.collection import import_target
-
-    target = resolve("verifier", parsed.target, option)  # a registered name -> its module:function
-    import_target(target)  # the loader the flow uses: fail here, before anything is sampled
-    return {"kind": "verifier", "verifier": target}
+    return Judge.fields_of(check_spec(spec, "judge", option))
 
 
 def policy_params(policy: str, model: str | None) -> dict[str, Any]:
@@ -130,23 +110,19 @@ def collect_command(
                                                            "llm:PATH); what it leaves goes to humans.")] = None,
     humans: Annotated[str, typer.Option(help="queue: write the human share to --queue-dir; argilla: push it to "
                                              "Argilla (--argilla-url) and pull the votes there are.")] = "queue",
-    aggregate: Annotated[str, typer.Option(help="How human votes become a label: majority (more than half) or "
-                                                "dawid-skene (each annotator weighed by its estimated quality).")]
-    = "majority",
+    aggregate: str = option(Humans, "aggregate"),
     model: Annotated[Optional[str], typer.Option(help="The model name the --policy server serves.")] = None,
-    n: Annotated[Optional[int], typer.Option(help="How many prompts: a file's first N (default: all), or N drawn "
-                                                  "from the world (default: 16).", min=1)] = None,
-    candidates: Annotated[int, typer.Option(help="Candidates sampled per prompt.")] = 4,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="Tokens per candidate (default: 256; 6 for --policy "
-                                                                "world, whose answers are four digits).", min=1)] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    n: Optional[int] = option(Prompts, "n"),
+    candidates: int = option(Policy, "candidates"),
+    max_new_tokens: Optional[int] = option(Policy, "max_new_tokens"),
+    temperature: float = option(Policy, "temperature"),
+    seed: int = option(Policy, "seed"),
     cache_dir: Annotated[Path, typer.Option(help="Where sampled and judged chunks persist: a rerun resumes from them.")]
     = Path(".prefdata/cache"),
-    queue_dir: Annotated[Path, typer.Option(help="Where the human queue is written (NAME.jsonl).")] = Path(".prefdata/queues"),
+    queue_dir: Path = option(Humans, "queue_dir"),
     argilla_url: Annotated[str, typer.Option(help="--humans argilla: the server (API key in $ARGILLA_API_KEY, else "
                                                   "the local server's owner key, as `prefdata argilla push`).")]
-    = "http://127.0.0.1:6900",
+    = f"http://127.0.0.1:{defaults.ARGILLA_PORT}",
     guidelines: Annotated[Optional[Path], typer.Option(help="Annotation guidelines (Markdown) for the card and Argilla.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the run's summary here.")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="Store root or fsspec URL (default: $PREFDATA_STORE or .prefdata/store)")] = None,
@@ -154,18 +130,12 @@ def collect_command(
                                                      "(NAME@VERSION, or previous: NAME's newest validated version, "
                                                      "if any), its files shared, as `import --onto`.")] = None,
     judge_template: Annotated[Optional[str], typer.Option(help="llm judges: the versioned template (NAME-vN; "
-                                                               "default pairwise-v1, or the spec's :TEMPLATE-vN).")] = None,
-    judge_max_tokens: Annotated[int, typer.Option(help="llm judges: the most tokens a reply may use.", min=1)] = 512,
-    judge_timeout: Annotated[float, typer.Option(help="llm judges on a server: seconds per request (a busy "
-                                                      "CPU server needs more than the default).", min=1)] = 60.0,
-    chat: Annotated[str, typer.Option(help="How prompts reach the policy: true through its tokenizer's chat template, "
-                                           "false as plain text, auto the template when it writes the assistant's "
-                                           "turn (a served model without a local tokenizer: its server's chat API). "
-                                           "Recorded in the draft's lineage and card; the trainers render alike.",
-                                      metavar="[auto|true|false]")]
-    = "auto",
-    system_prompt: Annotated[Optional[str], typer.Option(help="A system prompt put before every prompt (a system "
-                                                             "turn, or plain text's first paragraph).")] = None,
+                                                               f"default {Judge.model_fields['template'].default}, "
+                                                               "or the spec's :TEMPLATE-vN).")] = None,
+    judge_max_tokens: int = option(Judge, "max_tokens", "--judge-max-tokens"),
+    judge_timeout: float = option(Judge, "timeout_s", "--judge-timeout"),
+    chat: str = option(Policy, "chat", metavar="[auto|true|false]"),
+    system_prompt: Optional[str] = option(Policy, "system_prompt"),
 ) -> int:
     """Sample candidates from a policy, pair and judge them, route the doubtful share to humans, and
     store a draft version: the collect flow in one command, cached and resumable."""
@@ -213,7 +183,7 @@ def collect_command(
     quiet_reported_failures()
     from pydantic import ValidationError
 
-    from prefdata.flows.params import Argilla, Engine, Humans, Judge, Policy, Prompts
+    from prefdata.flows.params import Argilla, Engine
     from prefdata.data.store import check_name
 
     check_name(name)

@@ -253,7 +253,7 @@ def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
 
     prompts = Prompts(source=str(_prompts_file(config, out_dir)))
     # the verifier decides what it can; with llm_judge the model itself judges the rest; humans get the remainder
-    judge = Judge(kind="verifier", verifier=VERIFIER,
+    judge = Judge(kind="rule", verifier=VERIFIER,
                   then=Judge(kind="llm", model=model, max_tokens=LLM_JUDGE_TOKENS) if config.llm_judge else None)
     with stages.stage("collect", f"collect: {config.prompts} prompts x {config.candidates} candidates through the chat "
                                  f"template; the constraint verifier decides, "
@@ -271,7 +271,7 @@ def _collect(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
                     humans=humans, engine=Engine(cache_dir=str(out_dir / "cache")), guidelines=config.guidelines,
                     store=str(out_dir / "store"))
             release_models()  # the sampler's model: training needs the memory
-        decided = ", ".join(f"{'verifier' if j['judge']['kind'] == 'verifier' else 'LLM judge'} decided "
+        decided = ", ".join(f"{'verifier' if j['judge']['kind'] == 'rule' else 'LLM judge'} decided "
                             f"{j['decided']} of {j['pairs']}" for j in collected["judges"])
         say(f"      {collected['comparisons']} comparisons, {decided}, "
             f"{collected['queued']} to humans ({via}), {collected['votes']} votes -> {collected['version']}")

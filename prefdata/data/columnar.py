@@ -49,6 +49,7 @@ from typing import Any
 
 import polars as pl
 
+from prefdata.base import defaults
 from prefdata.base.errors import UnusableInput
 from prefdata.data.comparison_batches import ComparisonBatches, comparison_batches
 from prefdata.data.ndjson import EXPLICIT_NULL, as_written
@@ -67,8 +68,7 @@ ROW_CONVERTED = ("trl-chat",)
 CONVERSATIONAL = ("trl-chat", "hh-rlhf")  # formats whose records keep the prompt's turns (prompt_messages)
 _VISIBLE_ASCII = "[!-~]"  # a text with one of these is not blank, whatever `str.strip` counts as space
 DIGEST_THREAD_MIN_ROWS = 10_000  # fewer rows per thread: starting one costs more than it saves
-# rows converted at a time: one batch's text, ids and normalised copies are what the import holds
-BATCH_ROWS = 1_000_000
+BATCH_ROWS = defaults.BATCH_ROWS  # rows converted at a time (one home: prefdata.base.defaults)
 ID_CHUNK = 100_000  # rows per slice when computing ids: bounds the normalised copies to ~250 MB
 FORMAT_ROWS = 1000  # the rows the format is told from (importer._choose_format's first 1000)
 _SPLIT = r"^[A-Za-z0-9_]+$"  # formats._SPLIT; Python's `$` also allows a final "\n", so this is stricter

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from prefdata.data.columnar import BATCH_ROWS, FORMAT_ROWS, ColumnarBatches, MixedIds, convert_batches, convert_columnar
+from prefdata.base import defaults
 from prefdata.base.errors import UnusableInput
 from prefdata.data.comparison_batches import TEXTS, ComparisonBatches, SpilledComparisons
 from prefdata.data.formats import CONVERTERS, RowRejected, parse_vote, resolve, unresolved_reason, vote_labels
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from prefdata.data.onto import Onto
     from prefdata.data.store import Store, Version
 
-DEFAULT_MAX_TEXT_BYTES = 1 << 20  # 1 MiB per text field
+DEFAULT_MAX_TEXT_BYTES = defaults.MAX_TEXT_BYTES  # 1 MiB per text field (one home: prefdata.base.defaults)
 
 Track = Callable[[Iterable[Any], str, int], Iterable[Any]]
 
@@ -193,7 +194,7 @@ def _read_votes(path: Path, known_ids: set[str], quarantine: list[dict[str, Any]
 
 def import_file(
     src: str | Path,
-    fmt: str = "auto",
+    fmt: str = defaults.IMPORT_FORMAT,
     votes: str | Path | None = None,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     track: Track | None = None,
@@ -221,7 +222,7 @@ def import_file(
 
 def import_rows(
     src: str | Path,
-    fmt: str = "auto",
+    fmt: str = defaults.IMPORT_FORMAT,
     votes: str | Path | None = None,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     track: Track | None = None,
@@ -337,7 +338,7 @@ def import_file_to_store(
     name: str,
     store: Store,
     *,
-    fmt: str = "auto",
+    fmt: str = defaults.IMPORT_FORMAT,
     votes: str | Path | None = None,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     track: Track | None = None,

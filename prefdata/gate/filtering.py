@@ -13,13 +13,14 @@ from typing import Any
 
 import polars as pl
 
+from prefdata.base import defaults
 from prefdata.base.errors import FILTERABLE, UnusableInput
 from prefdata.base.scratch import scratch
 from prefdata.data.store import Store, Version, tables_for
 
 # Checks whose offenders are row ids (others list section titles or dimension names).
 ROW_CHECKS = FILTERABLE
-DEFAULT_DROP = ("exact_duplicates", "near_duplicates", "length_ratio", "degenerate_pairs")
+DEFAULT_DROP = defaults.FILTER_DROP  # one home, which `prefdata filter --drop` reads too
 # Checks that flag the later copies of a row and never the first. Rows may share an id (the import
 # keeps exact copies that repeat their own id), so for these an id flagged n times drops its last n
 # rows; an id any other check flags drops every row that carries it (the copies are the same pair).

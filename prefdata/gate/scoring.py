@@ -1,6 +1,8 @@
 """Independent scorers for the label-direction check (checklist item 8).
 
-A scorer spec (prefdata.base.specs: the syntax `collect --judge` uses too) names where verdicts come from:
+A scorer spec (prefdata.base.specs: the syntax `collect --judge` and the trainers' `rewards:` use too)
+names a registered backend offering the scorer role, and where verdicts come from. prefdata's own
+(prefdata/gate/backends.py):
   verdicts:FILE   a judge's verdicts already made: `id` (or idx, pair_id) and a verdict column
                   (verdict, preferred, gpt_result, pandalm_result, label, winner, vote) holding
                   chosen|rejected|tie, or a|b|tie / 1|2|0 about response_a/response_b
@@ -9,9 +11,11 @@ A scorer spec (prefdata.base.specs: the syntax `collect --judge` uses too) names
   lm:PATH         a causal LM (the policy): mean log-probability of each response given the prompt
   llm:MODEL@URL   an LLM judge behind an OpenAI-compatible endpoint, both orders (prefdata.collect.judging);
   llm:PATH        the same judge in this process (`judge:MODEL@URL`, the old spelling, still works)
-  rule:mod:func   a verifier (prompt, completion) -> bool | float scores each side; world is the demo's.
+  rule:NAME       a verifier (prompt, completion) -> bool | float scores each side; world is the demo's.
                   A verifier that raises, or returns NaN or no number, on a sampled row fails the run in
                   one line (exit 2) naming it, the row id and the error: no row is dropped in silence
+A backend registered by another package or the operator's registry file works here the same way: its
+own `scorer`, or else its judge on a sample of the pairs (`judged_verdicts`).
 
 Each returns a frame `id, preferred` (chosen|rejected|tie, null when undecided) for
 checks.direction.check_label_direction. An unparseable verdict is undecided, never a guess. Scores (rm,
@@ -35,36 +39,22 @@ from prefdata.base.specs import Spec
 
 ID_COLUMNS = ("id", "idx", "pair_id")
 VERDICT_COLUMNS = ("preferred", "verdict", "gpt_result", "pandalm_result", "label", "winner", "vote", "result")
-SCORER_KINDS = ("verdicts", "rm", "lm", "llm", "rule")
+OPTION = "--scorer"
 
 
 def parse_spec(spec: str, notice: Callable[[str], None] | None = None) -> Spec:
+    """A scorer spec: a registered backend offering the scorer role (prefdata.base.specs)."""
     from prefdata.base.specs import parse_spec as parse
 
-    return parse(spec, SCORER_KINDS, "--scorer", notice)
+    return parse(spec, "scorer", OPTION, notice)
 
 
 def check_spec(spec: str) -> Spec:
-    """parse_spec, plus what can be told before any work is done (exit 2): a verdicts file, a local
-    model folder or a verifier that is not there. A hub name (`org/name`) is left for loading to judge."""
-    from prefdata.models.loading import is_gguf
+    """parse_spec, plus what its backend can tell before any work is done (exit 2): a verdicts file, a
+    local model folder or a verifier that is not there. A hub name (`org/name`) is left for loading to judge."""
+    from prefdata.base.specs import check_spec as check
 
-    parsed = parse_spec(spec)
-    target = parsed.target
-    path = Path(target).expanduser()
-    if parsed.kind == "verdicts" and not path.is_file():
-        raise UnusableInput(f"--scorer {spec}: no verdicts file {target}")
-    if parsed.kind == "rule":
-        from prefdata.base.registry import load
-
-        load("verifier", target, "--scorer rule")
-    local = path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1 or is_gguf(target)
-    is_model = (path / "config.json").is_file() or (is_gguf(target) and path.is_file())
-    if parsed.kind in ("rm", "lm") or (parsed.kind == "llm" and parsed.base_url is None):
-        if local and not is_model:
-            raise UnusableInput(f"--scorer {spec}: {target} is not a model folder (no config.json there) "
-                                "or .gguf file")
-    return parsed
+    return check(spec, "scorer", OPTION)
 
 
 def _to_preferred(value, label: str | None) -> str | None:
@@ -167,15 +157,15 @@ def policy_logprob_verdicts(path: str, pairs: pl.DataFrame, sample_size: int = 5
                         tie_margin, f"--scorer lm:{path}")
 
 
-def judge_verdicts(spec: Spec, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
-    """An LLM judge (served, or in process without a base_url) on a sample, chosen shown as A (the judge
-    sees both orders, so that is fair); undecided verdicts (inconsistent across orders, unparseable,
-    failed) stay undecided."""
-    from prefdata.collect.judging import PairToJudge, PairwiseLLMJudge
+def judged_verdicts(judge, pairs: pl.DataFrame, sample_size: int = 500, seed: int = 0) -> pl.DataFrame:
+    """A judge (prefdata.collect.judging: an LLM judge, served or in process, or another backend's) on a
+    sample, chosen shown as A (an LLM judge sees both orders, so that is fair); undecided verdicts
+    (inconsistent across orders, unparseable, failed) stay undecided, as in collect."""
+    from prefdata.collect.judging import PairToJudge
 
     sample = _sample(pairs, sample_size, seed)
     items = [PairToJudge(p, c, r, pair_id=i) for i, p, c, r in sample.select("id", "prompt", "chosen", "rejected").iter_rows()]
-    verdicts = PairwiseLLMJudge(spec.base_url, spec.target, spec.template or "pairwise-v1").judge(items)
+    verdicts = judge.judge(items)
     preferred = [{"a": "chosen", "b": "rejected", "tie": "tie"}.get(v.label) for v in verdicts]
     return pl.DataFrame({"id": [v.pair_id for v in verdicts], "preferred": preferred},
                         schema={"id": pl.String, "preferred": pl.String})
@@ -198,14 +188,18 @@ def rule_verdicts(target: str, pairs: pl.DataFrame, sample_size: int = 500, seed
 
 
 def verdicts_for(spec: str, pairs: pl.DataFrame, comparisons: pl.DataFrame | None = None, sample_size: int = 500) -> pl.DataFrame:
+    """The verdicts of the scorer `spec` names, from its backend (prefdata.base.specs): its own `scorer`,
+    or else its judge on a sample of the pairs."""
+    from prefdata.base.specs import backend, silent
+
     # notices were printed when the command checked the spec (check_spec): not once per shard here
-    parsed = parse_spec(spec, notice=lambda _message: None)
-    if parsed.kind == "verdicts":
-        return verdicts_from_file(parsed.target, comparisons)
-    if parsed.kind == "rm":
-        return reward_model_verdicts(parsed.target, pairs, sample_size)
-    if parsed.kind == "llm":
-        return judge_verdicts(parsed, pairs, sample_size)
-    if parsed.kind == "rule":
-        return rule_verdicts(parsed.target, pairs, sample_size)
-    return policy_logprob_verdicts(parsed.target, pairs, sample_size)
+    parsed = parse_spec(spec, notice=silent)
+    found = backend(parsed.kind, OPTION)
+    scorer = getattr(found, "scorer", None)
+    if scorer is None:
+        return judged_verdicts(found.judge(parsed, {}), pairs, sample_size)
+    frame = scorer(parsed, pairs, comparisons, sample_size)
+    if not isinstance(frame, pl.DataFrame) or not {"id", "preferred"} <= set(frame.columns):
+        raise UnusableInput(f"{OPTION} {spec!r}: its backend's scorer gave a {type(frame).__name__}, not a frame with "
+                            "the columns id and preferred (prefdata/base/specs.py)")
+    return frame

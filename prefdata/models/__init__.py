@@ -7,8 +7,12 @@
                 and the trainers call it
     reward      a reward model's score of prompt + response, rendered as TRL's RewardTrainer trains
     logprobs    sequence log-probabilities of responses under a causal LM
+    generation  the one generate loop: left-padded batches, greedy or sampled (seeded once), stop ids,
+                the new tokens and their text; sampling, the in-process judge, the trainers'
+                length figure, PPO's rollout and the demo world decode through it
 
-`from_pretrained` is called here and nowhere else (but the demo world's builder and tests).
+`from_pretrained` and transformers' `generate` are called here and nowhere else (but the demo world's
+builder and tests; vLLM's engine keeps its own `generate`).
 
 May import: prefdata.base.
 """

@@ -1,8 +1,8 @@
 """The world's SFT model: a small Llama trained from scratch, and batched greedy evaluation.
 
 Training is a plain loop (nanoGPT style): fixed steps, fixed seed, two threads, completion-only
-loss. Evaluation goes through `model.generate` on left-padded batches, the same path a real
-checkpoint loaded with `AutoModelForCausalLM.from_pretrained` takes, so any causal LM can be scored.
+loss. Evaluation goes through prefdata.models.generation's greedy loop on left-padded batches, the path
+every causal LM the library decodes in process takes, so any causal LM can be scored.
 """
 
 from __future__ import annotations
@@ -112,24 +112,13 @@ def train(model, tokenizer, examples: list[Example], config: WorldConfig,
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 250) -> list[str]:
-    """Greedy completions, left-padded batches; decoded without special tokens."""
-    import torch
+    """Greedy completions, left-padded batches, stopping at the eos token; decoded without special
+    tokens (prefdata.models.generation, the loop every in-process policy and judge decodes with)."""
+    from prefdata.models.generation import Decoding, generate as generate_rows
 
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # prompts must end at the same column
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    out: list[str] = []
-    try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), batch_size):
-                enc = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True)
-                gen = model.generate(
-                    **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-                out += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    finally:
-        tokenizer.padding_side = side
-    return out
+    rows = generate_rows(model, tokenizer, prompts, Decoding(max_new_tokens), stops=[tokenizer.eos_token_id],
+                         batch_size=batch_size)
+    return [row.text for row in rows]
 
 
 def _accuracy(model, tokenizer, prompts: list[str], check, max_new_tokens: int, batch_size: int) -> float:
