@@ -348,7 +348,8 @@ class Checks(_Params):
                                                      "(default: .prefdata/reports/NAME-VERSION).")
     scorer: str | None = Field(None, description="Independent scorer for label_direction: rm:PATH, lm:PATH, "
                                                  "llm:MODEL@URL or llm:PATH (an LLM judge, served or in process), "
-                                                 "rule:NAME, world or verdicts:FILE.")
+                                                 "rule:NAME, world, verdicts:FILE, or KIND:TARGET of "
+                                                 "a registered scorer backend.")
     eval_data: str | None = Field(None, description="Eval set (file or NAME@VERSION) for split_isolation.")
     reference_prompts: str | None = Field(None, description="Production prompts for prompt_distribution: .txt (one "
                                                             "per line) or a table with a prompt column.")

@@ -121,6 +121,21 @@ def test_the_check_command_reaches_an_operators_scorer(dummy, tmp_path, capsys):
     assert direction["status"] != "skip", direction
 
 
+def test_a_version_checked_shard_by_shard_takes_only_a_scorer_that_reads_no_text(dummy, tmp_path, capsys):
+    """A backend says whether its scorer reads the pairs' text (reads_pairs); a sharded check never holds
+    every text, so it refuses one that does, by the trait, not by the kind's name."""
+    from prefdata.base.specs import backend
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in PAIRS.to_dicts()))
+    assert backend("dummy").reads_pairs and not backend("verdicts").reads_pairs
+    with pytest.raises(SystemExit) as exited:
+        main(["check", str(data), "--scorer", "dummy:x", "--batch-rows", "2", "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "checked shard by shard" in err and "dummy:x" in err, err
+    assert not dummy.CALLS  # refused before it judged anything
+
+
 def test_an_unknown_kind_is_one_line_listing_the_kinds_of_its_role(dummy):
     from prefdata.base.specs import parse_spec
 

@@ -531,7 +531,7 @@ def test_prefdata_serve_registers_the_scheduled_deployments(prefect_api, tmp_pat
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert [s.schedule.cron for s in schedules] == ["0 2 * * *"]
-    assert found.parameters["judge"]["kind"] == "verifier"
+    assert found.parameters["judge"]["kind"] == "rule"
 
 
 def test_prefdata_help_stays_light():

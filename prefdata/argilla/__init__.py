@@ -6,6 +6,13 @@
     add_user(url=..., api_key=..., username=..., password=...) -> the new user's API key
     LocalArgilla().start() / .stop() / .status()          -> a real argilla-server on 127.0.0.1
 
+Modules: client (connecting, and the one-line errors when that fails), push and pull (records out,
+votes in), audit (a label audit of a stored version), crowd (simulated annotators labelling through
+the HTTP API, each as its own user), server (a local argilla-server in its own environment), and,
+run inside that server's environment: launch (starts it with the two below), annotator_routes (the
+record routes annotators' SDK uses) and sql_search (a search engine answering reads by SQL, a chat
+field's messages included).
+
 Names load on first use (PEP 562), so `prefdata --help`, which imports the CLI module beside
 this one, loads neither polars nor the argilla SDK.
 

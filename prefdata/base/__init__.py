@@ -10,7 +10,8 @@
     verdicts    the one rule from a pair of scores to a verdict (higher wins; equal, NaN or an error: undecided)
     targets     the one loader of "module:function" targets (called only by registry)
     registry    what a spec, a config or a run's parameters may name: registered verifiers, repairs,
-                evaluators and trainers; the paths, servers and variables a deployment's run may reach
+                evaluators, judge backends, checks and trainers; the paths, servers and variables a
+                deployment's run may reach
     yamlkeys    YAML as every file the project reads takes it (a key given twice refused)
     files       a file opened only when it is a regular file, read with a bound (store files, side inputs)
     defaults    defaults the command line shares with modules too heavy for `--help` (batch rows, ...)

@@ -42,6 +42,8 @@ A backend is an object: an instance of `Backend` below, or any object with the s
     keeps_model(spec)            whether its judge holds a model in this process, kept between chunks
     hackable                     role reward: whether a policy could game it (a learned reward can, a rule
                                  cannot); the trainers' KL-collapse guard reads it
+    reads_pairs                  role scorer: whether it reads the pairs' text (a verdicts file does not): a
+                                 version checked shard by shard takes only a scorer that does not
 
 Every score a backend turns into a verdict goes through the one rule of prefdata.base.verdicts.
 
@@ -91,6 +93,7 @@ class Backend:
     roles: tuple[str, ...] = ()
     usage: str = ""
     hackable: bool = True
+    reads_pairs: bool = True
 
     def parse(self, spec: Spec, option: str) -> Spec:
         return spec

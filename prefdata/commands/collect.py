@@ -103,7 +103,8 @@ def collect_command(
     policy: Annotated[str, typer.Option(help="A local model folder, an OpenAI-compatible URL (with --model), or world "
                                              "(the demo world's SFT model).")],
     judge: Annotated[str, typer.Option(help="llm:MODEL@URL (a served judge), llm:PATH (a local model, in process), "
-                                            "rm:PATH, rule:NAME, or world (the demo world's verifier).")],
+                                            "rm:PATH, rule:NAME, world (the demo world's verifier), or KIND:TARGET of a "
+                                            "judge backend another package registers.")],
     name: Annotated[str, typer.Option(help="Dataset name: the draft becomes NAME@VERSION in the store.")],
     then_judge: Annotated[Optional[str], typer.Option(help="A second judge, same syntax, for the pairs --judge leaves "
                                                            "undecided (e.g. --judge rule:NAME --then-judge "

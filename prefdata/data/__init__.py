@@ -11,8 +11,10 @@
     comparison_batches  the comparisons format in batches for it: labels once every vote is read
     ndjson      JSON Lines a block of lines at a time for it: polars parses, the row reader takes odd lines
     delimited   CSV and TSV a batch of lines at a time for it: the row reader's records as text columns
+    jsonarray   JSON files (an array, {"data": [...]}, one object) for the columnar import, a batch at a time
     writers     normalised rows and quarantine files
     store       immutable, content-addressed, signed versions with their lineage
+    onto        a version grown from a validated parent (`import --onto`): the parent's files shared
     export      a validated version's pairs as TRL, TRL chat, OpenRLHF or LLaMA-Factory JSON Lines
 
 May import: prefdata.base.

@@ -196,6 +196,7 @@ class VerdictsFile(Backend):
 
     roles = ("scorer",)
     usage = "verdicts:FILE"
+    reads_pairs = False  # the verdicts name the pairs by id: usable on a version checked shard by shard
 
     def check(self, spec: Spec, role: str, option: str) -> Spec:
         if not Path(spec.target).expanduser().is_file():

@@ -11,8 +11,8 @@
                 the new tokens and their text; sampling, the in-process judge, the trainers'
                 length figure, PPO's rollout and the demo world decode through it
 
-`from_pretrained` and transformers' `generate` are called here and nowhere else (but the demo world's
-builder and tests; vLLM's engine keeps its own `generate`).
+`from_pretrained`, `apply_chat_template` and transformers' `generate` are called here and nowhere else
+(tests/test_layers.py; vLLM's engine keeps its own `generate`, in collect.sampling).
 
 May import: prefdata.base.
 """

@@ -19,6 +19,10 @@ that carry them (disjoint topics, shipped in chat_data/) and `verify(prompt, com
 recovers the constraint from the prompt; facts.py holds the general-skill questions and their scorer;
 chat_world.py finds and converts the model and scores it (held-out following, general skill).
 
+Modules: config (WorldConfig), tasks, tokenizer (the char-level tokenizer), model (the Llama
+config, training and greedy decoding through prefdata.models.generation), build (build_world,
+the shipped weights and the cache), judge, annotators, instructions, facts, chat_world.
+
 Heavy libraries (torch, transformers, polars) are imported only inside the functions that use them.
 
 May import: prefdata.base, prefdata.models, prefdata.data, prefdata.collect (its judge is a pairwise judge).
