@@ -9,7 +9,10 @@ their starts, canned replies, injected duplicates), the parent without its injec
 that it can be published under CONFIG (shares of duplicates and length violations it tolerates, the
 checks a made-up-word corpus cannot meet waived). The parent is imported and published once (timed,
 once); the night is grown onto it and imported alone; then the three checks run --runs times each,
-interleaved, each a CLI subprocess with its peak RSS. Figures only; the last line is their JSON.
+interleaved, each a CLI subprocess with its peak RSS, and the duplicate checks' own seconds (their
+reports' details). `--no-near` waives near_duplicates: it hashes every row's texts for
+exact_duplicates when it runs, so exact_duplicates' reuse of the parent's stored keys shows alone.
+Figures only; the last line is their JSON.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ CONFIG = """checks:
   annotation_guidelines: {waive: a benchmark corpus without a card}
 """
 
+DUPLICATES = ("exact_duplicates", "near_duplicates")
 MAKE = """
 import sys
 import polars as pl
@@ -56,12 +60,14 @@ def main() -> None:
     parser.add_argument("--night", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--no-near", action="store_true", help="waive near_duplicates (see above)")
     args = parser.parse_args()
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-incremental-"))
     work.mkdir(parents=True, exist_ok=True)
     parent_file, night_file, config = work / "parent.parquet", work / "night.parquet", work / "checks.yaml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.replace("near_duplicates: {max_share: 0.05}", "near_duplicates: {waive: bench}")
+                      if args.no_near else CONFIG)
     subprocess.run([sys.executable, "-c", MAKE, str(parent_file), str(night_file), str(args.parent), str(args.night)],
                    check=True, cwd=REPO)
     env = {**os.environ, "PREFDATA_STORE": str(work / "store"), "HF_HUB_OFFLINE": "1"}
@@ -83,15 +89,22 @@ def main() -> None:
     timings: dict[str, list[dict]] = {kind: [] for kind in kinds}
     for k in range(args.runs):
         for kind, argv in kinds.items():
-            done = step("check", *argv, "--config", str(config), ok=(0, 1))
+            out = work / f"{kind}-{k}.json"
+            done = step("check", *argv, "--config", str(config), "--json", str(out), ok=(0, 1))
             assert kind != "child" or "reused:" in done["stdout"], done["stdout"][-2000:]
+            checks = {c["id"]: c for c in json.loads(out.read_text())["checks"]}
+            done["dups"] = {c: checks[c]["details"].get("seconds") for c in DUPLICATES if c in checks}
             timings[kind].append(done)
-            print(f"  {kind:10s} run {k}: {done['seconds']} s, peak {done['peak_rss_mb']} MB", flush=True)
+            print(f"  {kind:10s} run {k}: {done['seconds']} s, peak {done['peak_rss_mb']} MB, {done['dups']}", flush=True)
     figures: dict = {"parent_pairs": args.parent, "night_pairs": args.night,
                      "parent_publish_seconds": published["seconds"]}
     for kind in kinds:
         figures[f"check_{kind}_seconds_median"] = statistics.median(t["seconds"] for t in timings[kind])
         figures[f"check_{kind}_peak_rss_mb_max"] = max(t["peak_rss_mb"] for t in timings[kind])
+        for check in DUPLICATES:
+            seconds = [t["dups"][check] for t in timings[kind] if t["dups"].get(check) is not None]
+            if seconds:
+                figures[f"{check}_{kind}_seconds_median"] = statistics.median(seconds)
     figures["child_over_night"] = round(figures["check_child_seconds_median"] / figures["check_night_seconds_median"], 2)
     figures["child_over_full"] = round(figures["check_child_seconds_median"] / figures["check_child_full_seconds_median"], 2)
     for key, value in figures.items():

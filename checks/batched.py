@@ -15,7 +15,10 @@ How each check runs, by its traits in the registry (checks/registry.py; run_chec
 - the other checks that need the text run the code their registry entry names (`shard_engine`: here
   near and exact duplicates, over checks/shards.py ShardTexts): the texts are prepared a block at a
   time, and only the rows verification needs are read again; the verdict is the check's own result
-  function (dedup.py), fed what the shards gave;
+  function (dedup.py), fed what the shards gave. exact_duplicates groups rows by two 64-bit keys per
+  row, which `publish` stores per data file (`keys_file`); a version grown from a validated one takes
+  them for the files it shares (`shard_exact_keys`) and hashes only its new files' rows; texts are
+  read again only for the rows whose keys repeat (compared for real): the same groups, the same result;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
@@ -226,19 +229,116 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
                                   scope=scope, max_share=max_share)
 
 
+# CheckInputs.derived: this run's exact-duplicate keys per data file (file sha256 -> (prompt_key, pair_key)),
+# what `publish` stores with a validated version (prefdata.gate.publishing, `keys_file`); and in
+# CheckInputs.reuse[file sha256] under the same name: the parent's, for the files a grown child shares
+EXACT_KEYS_BY_FILE = "batched.exact_keys_by_file"
+KEYS_FORMAT = "1"  # bump when _exact_keys or the normaliser changes what a row hashes to
+
+
+def _hasher() -> str:
+    """What made the stored keys: polars' hash is not stable across polars versions, so keys stored by
+    another version are computed again rather than compared with this one's."""
+    return f"{KEYS_FORMAT}/polars-{pl.__version__}"
+
+
+def keys_file(keys: dict[str, tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """This run's exact keys per file as one Parquet file: rows (file, prompt_key, pair_key), each
+    file's rows in order, the hasher in the file's metadata."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(keys)
+    table = pa.table({
+        "file": pa.array([f for f in files for _ in range(len(keys[f][0]))], pa.string()).dictionary_encode(),
+        "prompt_key": pa.array(np.concatenate([keys[f][0] for f in files]) if files else [], pa.uint64()),
+        "pair_key": pa.array(np.concatenate([keys[f][1] for f in files]) if files else [], pa.uint64()),
+    }).replace_schema_metadata({"prefdata.hasher": _hasher()})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def read_keys_file(data: bytes) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`keys_file`'s keys per file; none when another hasher made them (ValueError: not such a file)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except pa.ArrowException as exc:
+        raise ValueError(f"not a Parquet file of keys ({exc})") from None
+    if (table.schema.metadata or {}).get(b"prefdata.hasher") != _hasher().encode():
+        return {}
+    frame = pl.from_arrow(table).with_columns(pl.col("file").cast(pl.String))
+    if frame.columns != ["file", "prompt_key", "pair_key"]:
+        raise ValueError(f"not a Parquet file of keys (columns {frame.columns})")
+    return {str(f): (part["prompt_key"].to_numpy(), part["pair_key"].to_numpy())
+            for (f,), part in frame.group_by("file", maintain_order=True)}
+
+
+def shard_exact_keys(inputs: Any, texts: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """exact_duplicates' (prompt_key, pair_key) of every row, and how many rows' keys were reused. Per
+    file: the keys a grown version's parent stored for it (`inputs.reuse`: its texts are not read),
+    else near_duplicates' of this run (SHARD_KEYS), else hashed from its texts a block at a time. Each
+    file's keys are left in `inputs.derived` for publish to store."""
+    from .dedup import _exact_keys
+
+    shards, n = inputs.shards, inputs.shards.n
+    derived = inputs.derived.get(SHARD_KEYS)
+    reuse = inputs.reuse or {}
+    keys = shards.keys if getattr(shards, "keys", None) else [None] * len(shards.paths)
+    prompt_key, pair_key = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
+    blocks = texts.blocks()
+    by_file = inputs.derived.setdefault(EXACT_KEYS_BY_FILE, {})
+    reused = 0
+    for k, key in enumerate(keys):
+        a, b = int(shards.offsets[k]), int(shards.offsets[k + 1])
+        stored = reuse.get(key, {}).get(EXACT_KEYS_BY_FILE) if key else None
+        if stored is not None and len(stored[0]) == len(stored[1]) == b - a:
+            prompt_key[a:b], pair_key[a:b] = stored
+            reused += b - a
+        elif derived is not None:
+            prompt_key[a:b], pair_key[a:b] = derived[0][a:b], derived[1][a:b]
+        else:
+            for x, y in (block for block in blocks if a <= block[0] < b):
+                prompt_key[x:y], pair_key[x:y] = _exact_keys(texts.parts((x, y)))
+        if key:
+            by_file[key] = (prompt_key[a:b], pair_key[a:b])
+    return prompt_key, pair_key, reused
+
+
+def whole_file_keys(inputs: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The exact keys per file of an in-memory run of a version of one data file (what
+    dedup.check_exact_duplicates grouped by, EXACT_KEYS_USED), as a sharded run leaves them: {} otherwise."""
+    from .dedup import EXACT_KEYS_USED
+
+    used = inputs.derived.get(EXACT_KEYS_USED)
+    if inputs.shards is not None or not inputs.part_keys or len(inputs.part_keys) != 1 or used is None \
+            or used[0] is not inputs.pairs:
+        return {}
+    return {inputs.part_keys[0]: (used[1], used[2])}
+
+
 def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts: bool) -> CheckResult:
     from .dedup import _first_occurrence_blocked, _same_texts, _Texts, exact_duplicates_result
-    from .shards import ShardTexts, shard_keys
+    from .shards import ShardTexts
 
     pair_texts = ShardTexts(inputs.shards, ["prompt", *RESPONSES])
-    keys = inputs.derived.get(SHARD_KEYS)
-    prompt_key, pair_key = keys if keys is not None else shard_keys(pair_texts)
+    prompt_key, pair_key, reused = shard_exact_keys(inputs, pair_texts)
     # the prompts are in the thin frame: their copies are found in memory, as the in-memory check does
     prompts = _Texts([inputs.pairs["prompt"]])
     prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts((0, prompts.n)))
-    pair_first = pair_texts.first_copies(pair_key)
-    return exact_duplicates_result(inputs.pairs["id"], prompt_first, pair_first, max_share=max_share,
-                                   fail_on_repeated_prompts=fail_on_repeated_prompts)
+    pair_first = pair_texts.first_copies(pair_key)  # reads only the rows whose keys repeat
+    result = exact_duplicates_result(inputs.pairs["id"], prompt_first, pair_first, max_share=max_share,
+                                     fail_on_repeated_prompts=fail_on_repeated_prompts)
+    if reused:
+        result.details["reused_rows"] = reused
+    return result
 
 
 def per_shard() -> list[str]:

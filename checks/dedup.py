@@ -175,6 +175,9 @@ def _same_texts(texts: _Texts) -> Callable[[np.ndarray, np.ndarray], bool]:
 # `derived` (CheckInputs.derived: one dict per checklist run) key under which check_near_duplicates
 # leaves the exact check's row hashes, made in its own normalisation pass: (pairs, prompt_key, pair_key)
 EXACT_KEYS = "dedup.exact_keys"
+# and under which check_exact_duplicates leaves the keys it grouped by, (pairs, prompt_key, pair_key): what
+# publish stores for a version of one data file, checked in memory (checks/batched.py whole_file_keys)
+EXACT_KEYS_USED = "dedup.exact_keys_used"
 
 
 def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
@@ -253,13 +256,12 @@ def check_exact_duplicates(
         for a, b in texts.blocks():
             prompt_key[a:b], pair_key[a:b] = _exact_keys(texts.parts((a, b)))
 
-    rows = np.arange(pairs.height)
+    if derived is not None:
+        derived[EXACT_KEYS_USED] = (pairs, prompt_key, pair_key)  # only read below, never changed
     everything = (0, pairs.height)
     prompts = _Texts(texts.columns[:1])
     prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts(everything))
-    del prompt_key
     pair_first = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything))
-    del pair_key
     return exact_duplicates_result(pairs["id"], prompt_first, pair_first, max_share=max_share,
                                    fail_on_repeated_prompts=fail_on_repeated_prompts)
 

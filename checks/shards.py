@@ -140,14 +140,3 @@ class ShardTexts:
         out[members] = members[first]
         return out
 
-
-def shard_keys(texts: ShardTexts) -> tuple[np.ndarray, np.ndarray]:
-    """exact_duplicates' hashes (prompt, whole pair) of every row, a block at a time."""
-    from .dedup import _exact_keys
-
-    prompt_key = np.empty(texts.n, dtype=np.uint64)
-    pair_key = np.empty(texts.n, dtype=np.uint64)
-    for a, b in texts.blocks():
-        prompt_key[a:b], pair_key[a:b] = _exact_keys(texts.parts((a, b)))
-    return prompt_key, pair_key
-

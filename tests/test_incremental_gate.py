@@ -5,18 +5,25 @@ verdict equals a full check (`--full`).
 A chain as a team makes it, from the command line: night 0 imported and published, night 1 grown onto
 it and published, night 2 grown onto night 1 and checked both ways. Faults are planted across the
 chain: length-ratio violations and exact and near copies in every night, answer leaks and an unsafe
-prompt in the last one.
+prompt in the last one. The exact copies in the last night repeat rows of both earlier nights, one of
+them only after normalisation, and a row of its own night: exact_duplicates takes the keys stored for
+the shared files and hashes only the new one's rows.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_onto import prefdata, version_of  # the command line as a user runs it
 
+from prefdata.checks.batched import keys_file, read_keys_file
 from prefdata.data.store import Store
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta", "lambda", "zeta")
@@ -32,7 +39,8 @@ CONFIG = """checks:
 """
 
 
-def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copies=(), near=()) -> list[dict]:
+def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copies=(), near=(), shouted=(),
+          own_copies=()) -> list[dict]:
     rnd = random.Random(seed)
     rows = []
     for k in range(start, start + n):
@@ -49,6 +57,10 @@ def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copie
         rows.append(row)
     rows += [dict(row, id=f"copy-{row['id']}") for row in copies]
     rows += [dict(row, id=f"near-{row['id']}", chosen=row["chosen"].replace("careful", "thoughtful")) for row in near]
+    # equal once normalised: case folded, whitespace collapsed
+    rows += [{**{c: "  " + row[c].upper().replace(" ", "   ") for c in ("prompt", "chosen", "rejected")},
+              "id": f"shouted-{row['id']}"} for row in shouted]
+    rows += [dict(rows[k - start], id=f"copy-r{k}") for k in own_copies]
     return rows
 
 
@@ -60,7 +72,8 @@ def chain(tmp_path_factory) -> dict:
     (work / "checks.yaml").write_text(CONFIG)
     zero = night(0, 400, 1, longs={3, 50, 77})
     one = night(400, 200, 2, longs={410}, copies=[zero[5]], near=[zero[20]])
-    two = night(600, 200, 3, longs={650}, leaks={620, 700}, unsafe={640}, copies=[zero[9], one[30]], near=[one[40]])
+    two = night(600, 200, 3, longs={650}, leaks={620, 700}, unsafe={640}, copies=[zero[9], one[30]], near=[one[40]],
+                shouted=[zero[12]], own_copies=[660])
     refs = []
     for k, rows in enumerate((zero, one, two)):
         path = work / f"night{k}.jsonl"
@@ -75,9 +88,9 @@ def chain(tmp_path_factory) -> dict:
     return {"work": work, "store": store, "refs": refs}
 
 
-def report(chain: dict, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
+def report(chain: dict, *args: str, config: str = "checks.yaml") -> tuple[dict, subprocess.CompletedProcess]:
     out = chain["work"] / f"report-{len(list(chain['work'].glob('report-*')))}.json"
-    done = prefdata("check", chain["refs"][2], "--config", "checks.yaml", "--json", str(out), *args,
+    done = prefdata("check", chain["refs"][2], "--config", config, "--json", str(out), *args,
                     store=chain["store"], cwd=chain["work"])
     assert done.returncode == 1, done.stdout + done.stderr  # the leaks and the unsafe prompt fail it
     return {c["id"]: c for c in json.loads(out.read_text())["checks"]}, done
@@ -93,13 +106,14 @@ def test_a_grown_version_checked_from_its_parents_results_equals_a_full_check(ch
         assert (ours["status"], ours["offending"], ours["n_offending"]) == \
             (result["status"], result["offending"], result["n_offending"]), check_id
         assert ours["metric"] == pytest.approx(result["metric"]) if result["metric"] is not None else ours["metric"] is None
-        if check_id in ("safety", "answer_leakage", "degenerate_pairs"):
+        if check_id in ("safety", "answer_leakage", "degenerate_pairs", "exact_duplicates"):
             assert ours["details"]["reused_rows"] == 602 and "reused_rows" not in result["details"]
     # what was planted, found in whichever night it was planted
     assert incremental["answer_leakage"]["offending"] == ["r620", "r700"]
     assert incremental["safety"]["offending"] == ["r640"]
     assert incremental["length_ratio"]["offending"] == ["r3", "r50", "r77", "r410", "r650"]
-    assert set(incremental["exact_duplicates"]["offending"]) == {"copy-r5", "copy-r9", "copy-r430"}
+    assert set(incremental["exact_duplicates"]["offending"]) == {"copy-r5", "copy-r9", "copy-r430", "shouted-r12",
+                                                                 "copy-r660"}
     assert {"near-r20", "near-r440"} <= set(incremental["near_duplicates"]["offending"])
 
 
@@ -113,6 +127,38 @@ def test_the_stored_results_are_bound_by_the_signed_report(chain):
         data_files = [info["sha256"] for rel, info in sorted(v.manifest["files"].items()) if rel.startswith("data/")]
         assert sorted(parts) == sorted(data_files)  # one part per data file, reused or computed
         assert {"safety", "answer_leakage", "degenerate_pairs"} <= set(parts[data_files[0]])
+        # exact_duplicates' keys, one row each: night 0 (one file) checked in memory, night 1 by shards
+        sha = v.manifest["check_report"]["artifacts"]["exact_keys.parquet"]
+        keys = read_keys_file(st.read_gate_file(v, "exact_keys.parquet", sha))
+        assert sorted(keys) == sorted(data_files)
+        assert sum(len(prompt) for prompt, _ in keys.values()) == sum(v.manifest["counts"]["rows"]["default"].values())
+
+
+def test_stored_keys_of_another_hasher_are_not_taken():
+    keys = {"a" * 64: (np.array([1, 2], dtype=np.uint64), np.array([3, 4], dtype=np.uint64))}
+    back = read_keys_file(keys_file(keys))
+    assert [(p.tolist(), q.tolist()) for p, q in back.values()] == [([1, 2], [3, 4])]
+    table = pq.read_table(io.BytesIO(keys_file(keys)))
+    other = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata({"prefdata.hasher": "1/polars-0.0.1"}), other)
+    assert read_keys_file(other.getvalue()) == {}  # polars' hash may differ across versions: computed again
+    with pytest.raises(ValueError, match="not a Parquet file of keys"):
+        read_keys_file(b"not parquet")
+
+
+def test_without_near_duplicates_only_the_new_files_texts_are_hashed(chain):
+    """near_duplicates hashes every row's texts for exact_duplicates when it runs; waived, the child
+    takes the shared files' keys and hashes only the new file's rows."""
+    (chain["work"] / "no-near.yaml").write_text(CONFIG.replace("near_duplicates: {max_share: 0.1}",
+                                                               "near_duplicates: {waive: not this run}"))
+    incremental, _ = report(chain, config="no-near.yaml")
+    full, _ = report(chain, "--full", config="no-near.yaml")
+    ours, theirs = incremental["exact_duplicates"], full["exact_duplicates"]
+    assert ours["details"].pop("reused_rows") == 602 and "reused_rows" not in theirs["details"]
+    ours["details"].pop("seconds", None), theirs["details"].pop("seconds", None)
+    assert {k: ours[k] for k in ("status", "metric", "offending", "details")} == \
+        {k: theirs[k] for k in ("status", "metric", "offending", "details")}
+    assert ours["offending"] == ["copy-r5", "copy-r9", "copy-r430", "shouted-r12", "copy-r660"]
 
 
 def test_a_stored_result_that_fails_its_hash_is_never_used(chain, tmp_path):
@@ -129,6 +175,29 @@ def test_a_stored_result_that_fails_its_hash_is_never_used(chain, tmp_path):
         assert f"note: {parent.ref}'s stored results were not used" in " ".join(done.stderr.split())
         assert "does not have the hash the version's signed report gives" in " ".join(done.stderr.split())
         assert "reused" not in done.stdout
+        full, _ = report(chain, "--full")
+        assert {k: (c["status"], c["offending"]) for k, c in checked.items()} == \
+            {k: (c["status"], c["offending"]) for k, c in full.items()}
+    finally:
+        stored.write_bytes(original)
+
+
+def test_stored_keys_that_fail_their_hash_are_never_used(chain):
+    st = Store(str(chain["store"]))
+    parent = st.get(chain["refs"][1])
+    stored = chain["store"] / "nightly" / ".gate" / parent.version / "exact_keys.parquet"
+    original = stored.read_bytes()
+    try:
+        table = pq.read_table(io.BytesIO(original))
+        keys = table.column("pair_key").to_numpy().copy()
+        keys[5] += 1  # a hand-edit hiding r5's copy
+        pq.write_table(table.set_column(2, "pair_key", pa.array(keys, pa.uint64())), stored)
+        checked, done = report(chain)
+        assert f"note: {parent.ref}'s stored results were not used" in " ".join(done.stderr.split())
+        assert "exact_keys.parquet does not have the hash the version's signed report gives" in \
+            " ".join(done.stderr.split())
+        assert "reused" not in done.stdout and "reused_rows" not in checked["exact_duplicates"]["details"]
+        assert "copy-r5" in checked["exact_duplicates"]["offending"]
         full, _ = report(chain, "--full")
         assert {k: (c["status"], c["offending"]) for k, c in checked.items()} == \
             {k: (c["status"], c["offending"]) for k, c in full.items()}

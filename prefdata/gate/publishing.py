@@ -35,6 +35,8 @@ class Validation:
     # the row-local checks' results per data file (checks/batched.py PARTS), which publish stores with
     # a validated version so that a version grown from it checks only its new files
     parts: dict[str, Any] = field(default_factory=dict)
+    # exact_duplicates' keys per data file (checks/batched.py EXACT_KEYS_BY_FILE), stored likewise
+    keys: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -116,11 +118,12 @@ def validate_version(
               "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
-    from prefdata.checks.batched import PARTS
+    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, PARTS, whole_file_keys
     from prefdata.checks.checklist import whole_file_parts
 
     whole_file_parts(inputs, outcome.results, checklist)
-    return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {})
+    return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {},
+                      inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs))
 
 
 @contextmanager
@@ -165,10 +168,18 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             raise GateFailed(f"{v.ref} not published: the checklist failed ({', '.join(validation.failing)}); marked "
                              f"rejected. Ways out: {ways_out(v.ref, validation.failing)}")
         report = validation.report
-        if validation.parts:  # for the versions grown from this one: bound by its hash in the signed report
-            from prefdata.gate.runner import ROW_LOCAL_ARTIFACT
+        # for the versions grown from this one: each artifact bound by its hash in the signed report
+        from prefdata.gate.runner import EXACT_KEYS_ARTIFACT, ROW_LOCAL_ARTIFACT
 
+        artifacts = {}
+        if validation.parts:
             stored = json.dumps({"format": 1, "parts": validation.parts}, sort_keys=True).encode()
-            report = {**report, "artifacts": {ROW_LOCAL_ARTIFACT: store.write_gate_file(v, ROW_LOCAL_ARTIFACT, stored)}}
+            artifacts[ROW_LOCAL_ARTIFACT] = store.write_gate_file(v, ROW_LOCAL_ARTIFACT, stored)
+        if validation.keys:
+            from prefdata.checks.batched import keys_file
+
+            artifacts[EXACT_KEYS_ARTIFACT] = store.write_gate_file(v, EXACT_KEYS_ARTIFACT, keys_file(validation.keys))
+        if artifacts:
+            report = {**report, "artifacts": artifacts}
         store.set_status(v.ref, "validated", report=report, checked=v)
     return Publication(v.ref, "validated", validation)

@@ -181,11 +181,14 @@ def load_inputs(
         if note:
             info["reuse"] = note
     if scorer:
+        from prefdata.base.specs import backend
         from prefdata.gate.scoring import parse_spec, verdicts_for
 
-        if inputs.shards is not None and parse_spec(scorer, notice=lambda _m: None).kind != "verdicts":
+        spec = parse_spec(scorer, notice=lambda _m: None)
+        if inputs.shards is not None and backend(spec.kind).reads_pairs:  # the shards' texts are never all in memory
             raise UnusableInput(f"--scorer {scorer}: a dataset of {inputs.shards.n} pairs is checked shard by shard, "
-                                "where only verdicts:FILE is supported; score a sample and pass its verdicts")
+                                "where only a scorer that reads no text (verdicts:FILE) is supported; score a sample "
+                                "and pass its verdicts")
 
         inputs.verdicts = verdicts_for(scorer, pairs, comparisons)
         info["scorer"] = scorer
@@ -291,16 +294,19 @@ def _version_shards(st, v, config: str):
 
 
 ROW_LOCAL_ARTIFACT = "row_local.json"  # what publish stores with a validated version for its children
+EXACT_KEYS_ARTIFACT = "exact_keys.parquet"  # and exact_duplicates' keys per data file (checks/batched.py)
 
 
 def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The row-local results a version's parent stored when it was validated (file sha256 -> check id
-    -> {params, rows, result}), and a line for the report when it had some that cannot be used. Only
-    a validated parent whose signature holds, and a stored file that has the hash its signed report
-    gives: anything else is computed again (the verdict is the same, only slower)."""
+    """What a version's parent stored when it was validated, per data file (file sha256 -> check id
+    -> {params, rows, result}; and -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys), and a line for
+    the report when it had some that cannot be used. Only a validated parent whose signature holds,
+    and stored files that have the hashes its signed report gives: anything else (one file failing
+    is enough) is computed again (the verdict is the same, only slower)."""
     parent_ref = (lineage or {}).get("parent")
     if not parent_ref:
         return None, None
+    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, read_keys_file
     from prefdata.data.store import DamagedFile, Store
 
     st = Store(store)
@@ -309,18 +315,23 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
     except UnusableInput:
         return None, None  # a parent in another store (or gone): nothing to take
     report = parent.manifest.get("check_report") or {}
-    wanted = (report.get("artifacts") or {}).get(ROW_LOCAL_ARTIFACT)
-    if parent.status != "validated" or not wanted:
+    artifacts = report.get("artifacts") or {}
+    if parent.status != "validated" or not artifacts:
         return None, None
     problems = st.status_problems(parent.manifest)
     if problems:
         return None, f"{parent.ref}'s stored results were not used ({problems[0]}): every row checked"
+    reuse: dict[str, Any] = {}
     try:
-        data = st.read_gate_file(parent, ROW_LOCAL_ARTIFACT, wanted)
-        parts = json.loads(data)["parts"]
+        if ROW_LOCAL_ARTIFACT in artifacts:
+            reuse = json.loads(st.read_gate_file(parent, ROW_LOCAL_ARTIFACT, artifacts[ROW_LOCAL_ARTIFACT]))["parts"]
+        if EXACT_KEYS_ARTIFACT in artifacts:
+            keys = read_keys_file(st.read_gate_file(parent, EXACT_KEYS_ARTIFACT, artifacts[EXACT_KEYS_ARTIFACT]))
+            for sha, file_keys in keys.items():
+                reuse.setdefault(sha, {})[EXACT_KEYS_BY_FILE] = file_keys
     except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
         return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
-    return parts, None
+    return reuse or None, None
 
 
 def _thin(shards, shape=None):
