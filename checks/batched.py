@@ -18,7 +18,10 @@ How each check runs, by its traits in the registry (checks/registry.py; run_chec
   function (dedup.py), fed what the shards gave. exact_duplicates groups rows by two 64-bit keys per
   row, which `publish` stores per data file (`keys_file`); a version grown from a validated one takes
   them for the files it shares (`shard_exact_keys`) and hashes only its new files' rows; texts are
-  read again only for the rows whose keys repeat (compared for real): the same groups, the same result;
+  read again only for the rows whose keys repeat (compared for real): the same groups, the same result.
+  near_duplicates likewise takes what signing made for a shared file's rows (text hashes, band keys,
+  sketches, screenable flags: `NEAR_BY_FILE`, one gate file per data file, read as that file's turn
+  comes) and signs only the new files' rows; candidates and verification run as in a full check;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
@@ -204,14 +207,58 @@ def _shard_by_shard(check_id: str) -> Callable[..., CheckResult]:
 # -- duplicates over the shards -------------------------------------------------------------------
 
 
+# CheckInputs.derived: where this run left near_duplicates' values per data file (file sha256 -> a
+# scratch file, `near_file`), what `publish` stores with a validated version (`near_artifact`); and in
+# CheckInputs.reuse[file sha256] under the same name: a function giving the parent's stored file (its
+# bytes, hash checked; None when it no longer has its hash), read only when that file's rows are signed
+NEAR_BY_FILE = "batched.near_by_file"
+
+
+def near_artifact(sha: str) -> str:
+    """The gate file of a validated version holding near_duplicates' values of its data file `sha`."""
+    return f"near_{sha}.npz"
+
+
+def near_sha(artifact: str) -> str | None:
+    """The data file a `near_artifact` name is of; None for another artifact."""
+    if artifact.startswith("near_") and artifact.endswith(".npz"):
+        return artifact[len("near_"):-len(".npz")]
+    return None
+
+
+def whole_file_near(inputs: Any) -> dict[str, str]:
+    """near_duplicates' values per file of an in-memory run of a version of one data file (file sha256 ->
+    scratch file), as a sharded run leaves them (NEAR_BY_FILE): {} otherwise."""
+    from .dedup import NEAR_SIGNED
+
+    signed = inputs.derived.get(NEAR_SIGNED)
+    if inputs.shards is not None or not inputs.part_keys or len(inputs.part_keys) != 1 or signed is None \
+            or signed[0] is not inputs.pairs:
+        return {}
+    return {inputs.part_keys[0]: signed[1]}
+
+
 def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, scope: str, *, max_share: float,
                     seed: int) -> CheckResult:
-    from .dedup import _exact_keys, _lsh_split, near_duplicates_result
-    from .minhash import VERIFY_BYTES, _find_near_duplicates
+    """The near-duplicate check over the shards. A version grown from a validated one takes the values
+    its parent stored for the files they share (signatures, band keys, sketches, text hashes: what
+    signing makes, `NEAR_BY_FILE`) and signs only its new files' rows; candidates, screening and
+    verification then run on all rows as in a full check, reading only candidate rows' texts: the
+    same clusters, the same result. Every file's values go to scratch files for publish to store."""
+    import os
+
+    from .dedup import KEEP_NEAR, _exact_keys, _lsh_split, near_duplicates_result
+    from .minhash import VERIFY_BYTES, _find_near_duplicates, _near_meta, _scratch_dir, near_file, read_near_file
     from .shards import ShardTexts
 
     columns = ["prompt"] if scope == "prompt" else ["prompt", *RESPONSES]
-    n = inputs.shards.n
+    shards = inputs.shards
+    n = shards.n
+    bands, rows = _lsh_split(threshold, num_perm, ngram, None)
+    meta = _near_meta(threshold=threshold, num_perm=num_perm, ngram=ngram, scope=scope, seed=seed, bands=bands,
+                      rows=rows)
+    keys = shards.keys if getattr(shards, "keys", None) else [None] * len(shards.paths)
+    reuse = inputs.reuse or {}
     on_block = None
     if scope == "pair":
         prompt_key, pair_key = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
@@ -219,14 +266,66 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
         def on_block(a: int, b: int, parts: list[pl.Series]) -> None:
             prompt_key[a:b], pair_key[a:b] = _exact_keys(parts)
 
+    loaded: dict[int, Any] = {}  # the one file whose stored values are in memory: file index -> values
+    reused = 0
+
+    def load(k: int) -> tuple[Any, Any] | None:
+        """File k's stored values and, for scope pair, its stored exact keys (a reused block is not
+        read, so its exact keys come from the parent too): None where either is missing or unfit."""
+        entry = reuse.get(keys[k], {}) if keys[k] else {}
+        size = int(shards.offsets[k + 1] - shards.offsets[k])
+        exact = entry.get(EXACT_KEYS_BY_FILE) if scope == "pair" else None
+        if entry.get(NEAR_BY_FILE) is None or (scope == "pair" and (exact is None or len(exact[0]) != size)):
+            return None
+        data = entry[NEAR_BY_FILE]()
+        try:
+            values = read_near_file(data, meta) if data is not None else None
+        except ValueError:
+            values = None  # signed again: the verdict is the same, only slower
+        if values is None or values[0].shape != (size,) or values[1].shape != (bands, size) \
+                or values[2].shape != (size, num_perm) or values[3].shape != (size,):
+            return None
+        return values, exact
+
+    def stored(a: int, b: int) -> tuple[np.ndarray, ...] | None:
+        nonlocal reused
+        k = int(np.searchsorted(shards.offsets, a, side="right") - 1)  # blocks never cross a file
+        if k not in loaded:
+            loaded.clear()  # the previous file's values go before the next file's are read
+            loaded[k] = load(k)
+        if loaded[k] is None:
+            return None
+        (key, band_keys, sketch, screenable), exact = loaded[k]
+        s, e = a - int(shards.offsets[k]), b - int(shards.offsets[k])
+        if exact is not None:
+            prompt_key[a:b], pair_key[a:b] = exact[0][s:e], exact[1][s:e]
+        reused += b - a
+        return key[s:e], band_keys[:, s:e], sketch[s:e], screenable[s:e]
+
+    by_file = inputs.derived.setdefault(NEAR_BY_FILE, {})
+
+    def on_signed(key: np.ndarray, band_keys: np.ndarray, sketch: np.ndarray, screenable: np.ndarray) -> None:
+        loaded.clear()
+        if not any(keys) or not inputs.derived.get(KEEP_NEAR):
+            return
+        folder = _scratch_dir()
+        for k, sha in enumerate(keys):
+            a, b = int(shards.offsets[k]), int(shards.offsets[k + 1])
+            if sha:
+                by_file[sha] = os.path.join(folder, near_artifact(sha))
+                near_file(meta, key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b], by_file[sha])
+
     found = _find_near_duplicates(
-        ShardTexts(inputs.shards, columns), threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed,
-        bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None, on_block=on_block,
-        verify_bytes=VERIFY_BYTES)
+        ShardTexts(shards, columns), threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed,
+        bands_rows=(bands, rows), n_threads=None, on_block=on_block, verify_bytes=VERIFY_BYTES,
+        stored=stored if reuse else None, on_signed=on_signed)
     if on_block is not None:
         inputs.derived[SHARD_KEYS] = (prompt_key, pair_key)
-    return near_duplicates_result(inputs.pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
-                                  scope=scope, max_share=max_share)
+    result = near_duplicates_result(inputs.pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
+                                    scope=scope, max_share=max_share)
+    if reused:
+        result.details["reused_rows"] = reused
+    return result
 
 
 # CheckInputs.derived: this run's exact-duplicate keys per data file (file sha256 -> (prompt_key, pair_key)),

@@ -178,6 +178,12 @@ EXACT_KEYS = "dedup.exact_keys"
 # and under which check_exact_duplicates leaves the keys it grouped by, (pairs, prompt_key, pair_key): what
 # publish stores for a version of one data file, checked in memory (checks/batched.py whole_file_keys)
 EXACT_KEYS_USED = "dedup.exact_keys_used"
+# and under which check_near_duplicates leaves what it signed, (pairs, scratch file: checks/batched.py
+# `near_file`), likewise stored for a version of one data file (batched.py whole_file_near)
+NEAR_SIGNED = "dedup.near_signed"
+# set (True) by a run whose caller stores those values (publish): ~270 bytes a row, so a check that
+# stores nothing writes none
+KEEP_NEAR = "dedup.keep_near"
 
 
 def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
@@ -373,10 +379,20 @@ def check_near_duplicates(
         def on_block(a: int, b: int, parts: list[pl.Series]) -> None:
             prompt_key[a:b], pair_key[a:b] = _exact_keys(parts)
 
+    bands_rows = _lsh_split(threshold, num_perm, ngram, None)
+    on_signed = None
+    if derived is not None and derived.get(KEEP_NEAR):
+
+        def on_signed(*values: np.ndarray) -> None:  # to a file, not held: publish may store them
+            from .minhash import near_scratch
+
+            derived[NEAR_SIGNED] = (pairs, near_scratch(values, threshold=threshold, num_perm=num_perm, ngram=ngram,
+                                                        scope=scope, seed=seed, bands_rows=bands_rows))
+
     found = _find_near_duplicates(
         _Texts([pairs[c] for c in needed[1:]]), threshold=threshold, num_perm=num_perm, ngram=ngram,
-        seed=seed, bands_rows=_lsh_split(threshold, num_perm, ngram, None), n_threads=None, on_block=on_block,
-        verify_bytes=VERIFY_BYTES,
+        seed=seed, bands_rows=bands_rows, n_threads=None, on_block=on_block,
+        verify_bytes=VERIFY_BYTES, on_signed=on_signed,
     )
     if on_block is not None:
         derived[EXACT_KEYS] = (pairs, prompt_key, pair_key)

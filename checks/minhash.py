@@ -54,7 +54,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import polars as pl
@@ -635,12 +635,16 @@ def _find_near_duplicates(
     n_threads: int | None,
     on_block: Callable[[int, int, list[pl.Series]], None] | None = None,
     verify_bytes: int | None = None,
+    stored: Callable[[int, int], tuple[np.ndarray, ...] | None] | None = None,
+    on_signed: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
 ) -> NearDuplicates:
     """`find_near_duplicates` over `texts.text(...)` (one text per row). The texts are made and
     hashed a block of rows at a time (`texts.blocks()`), so at no point are all of them in memory:
     only their 64-bit hashes and band keys are kept, and the few texts that verification needs are
     made again. `on_block(a, b, parts)` sees each block's prepared columns (rows a..b-1), so a caller
-    can hash them for another use without preparing them again."""
+    can hash them for another use without preparing them again. `stored(a, b)`, when it gives them,
+    is a block's values as `_sign_blocks` made them in an earlier run (its texts are then not read),
+    and `on_signed` sees every row's values once signed (to store them for a later run)."""
     bands, rows = bands_rows
     n = texts.n
     if n == 0:
@@ -649,7 +653,10 @@ def _find_near_duplicates(
     workers = n_threads or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
-        key, band_keys, sketch, screenable = _sign_blocks(texts, num_perm, ngram, seed, bands, rows, pool, on_block)
+        key, band_keys, sketch, screenable = _sign_blocks(texts, num_perm, ngram, seed, bands, rows, pool, on_block,
+                                                          stored)
+        if on_signed is not None:
+            on_signed(key, band_keys, sketch, screenable)
         # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
         # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
         exact = texts.first_copies(key)
@@ -676,11 +683,13 @@ def _find_near_duplicates(
 
 
 def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: int, rows: int,
-                 pool: ThreadPoolExecutor | None, on_block) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 pool: ThreadPoolExecutor | None, on_block,
+                 stored=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Steps 1-4, per block of rows: each text's 64-bit hash (for exact duplicates), its band keys,
     and the low 8 bits of its signature with whether it is long enough to screen on (step 5), in
     chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads. Signatures are per text, so the
-    blocks and chunks do not change them."""
+    blocks and chunks do not change them, and a block whose values `stored(a, b)` gives (an earlier
+    run's, for the same rows under the same parameters) is taken as it is, its texts not read."""
     n = texts.n
     densify = _Densifier(num_perm, seed)
     key = np.empty(n, dtype=np.uint64)
@@ -688,6 +697,10 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
     sketch = np.empty((n, num_perm), dtype=np.uint8)
     screenable = np.empty(n, dtype=bool)
     for a, b in texts.blocks():
+        values = stored(a, b) if stored is not None else None
+        if values is not None:
+            key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b] = values
+            continue
         parts = texts.parts((a, b))
         if on_block is not None:
             on_block(a, b, parts)
@@ -758,3 +771,63 @@ def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch
         uf.union(va, vb)
     return uf.labels(), (n_candidates, n_checked, n_verified)
 
+
+# ----------------------------------------------------------------------------------------------
+# what `_sign_blocks` made, kept for a later run (checks/batched.py near_duplicates: a grown version
+# takes its parent's for the files they share, and signs only its new files' rows)
+
+NEAR_FORMAT = "1"  # bump when the signatures, band keys, sketches or text hashes change for the same text
+
+
+def _near_meta(**params: Any) -> str:
+    """What made a file's stored values: the check's parameters (threshold, num_perm, ngram, scope, seed,
+    bands x rows), the engine's format and the text hasher (polars' hash: not stable across versions).
+    Values made under any other are signed again, never taken."""
+    import json
+
+    return json.dumps({**params, "format": NEAR_FORMAT, "hasher": f"polars-{pl.__version__}"}, sort_keys=True,
+                      default=str)
+
+
+def near_file(meta: str, key: np.ndarray, band_keys: np.ndarray, sketch: np.ndarray, screenable: np.ndarray,
+              out: Any) -> None:
+    """One data file's near_duplicates values (what `_sign_blocks` made: text hash, band keys,
+    sketch, screenable flag per row) written to `out` (a path or binary file) as an .npz, with `meta`."""
+    np.savez(out, meta=np.frombuffer(meta.encode(), dtype=np.uint8), key=key, band_keys=band_keys, sketch=sketch,
+             screenable=screenable)
+
+
+def read_near_file(data: bytes, meta: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """`near_file`'s values; None when they were made under another `meta` (ValueError: not such a file)."""
+    import io
+    import zipfile
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            if bytes(stored["meta"]).decode() != meta:
+                return None
+            values = tuple(stored[name] for name in ("key", "band_keys", "sketch", "screenable"))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a file of near_duplicates values ({exc})") from None
+    return values  # type: ignore[return-value]
+
+
+def _scratch_dir() -> str:
+    """A folder for one run's values to publish, removed when the process exits (publish reads it before)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="prefdata-near-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def near_scratch(values: tuple[np.ndarray, ...], *, threshold: float, num_perm: int, ngram: int, scope: str,
+                 seed: int, bands_rows: tuple[int, int]) -> str:
+    """An in-memory run's values of all its rows (dedup.check_near_duplicates) in a scratch file: its path."""
+    path = os.path.join(_scratch_dir(), "near.npz")
+    meta = _near_meta(threshold=threshold, num_perm=num_perm, ngram=ngram, scope=scope, seed=seed,
+                      bands=bands_rows[0], rows=bands_rows[1])
+    near_file(meta, *values, path)
+    return path

@@ -7,7 +7,9 @@ it and published, night 2 grown onto night 1 and checked both ways. Faults are p
 chain: length-ratio violations and exact and near copies in every night, answer leaks and an unsafe
 prompt in the last one. The exact copies in the last night repeat rows of both earlier nights, one of
 them only after normalisation, and a row of its own night: exact_duplicates takes the keys stored for
-the shared files and hashes only the new one's rows.
+the shared files and hashes only the new one's rows. Its near copies are of a row of the night before
+and of a row of its own night: near_duplicates takes the values (signatures, band keys...) stored for
+the shared files and signs only the new one's rows.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_onto import prefdata, version_of  # the command line as a user runs it
 
-from prefdata.checks.batched import keys_file, read_keys_file
+from prefdata.checks.batched import keys_file, near_artifact, near_sha, read_keys_file
 from prefdata.data.store import Store
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta", "lambda", "zeta")
@@ -40,7 +42,7 @@ CONFIG = """checks:
 
 
 def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copies=(), near=(), shouted=(),
-          own_copies=()) -> list[dict]:
+          own_copies=(), own_near=()) -> list[dict]:
     rnd = random.Random(seed)
     rows = []
     for k in range(start, start + n):
@@ -61,6 +63,8 @@ def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copie
     rows += [{**{c: "  " + row[c].upper().replace(" ", "   ") for c in ("prompt", "chosen", "rejected")},
               "id": f"shouted-{row['id']}"} for row in shouted]
     rows += [dict(rows[k - start], id=f"copy-r{k}") for k in own_copies]
+    rows += [dict(rows[k - start], id=f"near-r{k}", chosen=rows[k - start]["chosen"].replace("careful", "thoughtful"))
+             for k in own_near]
     return rows
 
 
@@ -73,7 +77,7 @@ def chain(tmp_path_factory) -> dict:
     zero = night(0, 400, 1, longs={3, 50, 77})
     one = night(400, 200, 2, longs={410}, copies=[zero[5]], near=[zero[20]])
     two = night(600, 200, 3, longs={650}, leaks={620, 700}, unsafe={640}, copies=[zero[9], one[30]], near=[one[40]],
-                shouted=[zero[12]], own_copies=[660])
+                shouted=[zero[12]], own_copies=[660], own_near=[680])
     refs = []
     for k, rows in enumerate((zero, one, two)):
         path = work / f"night{k}.jsonl"
@@ -132,6 +136,12 @@ def test_the_stored_results_are_bound_by_the_signed_report(chain):
         keys = read_keys_file(st.read_gate_file(v, "exact_keys.parquet", sha))
         assert sorted(keys) == sorted(data_files)
         assert sum(len(prompt) for prompt, _ in keys.values()) == sum(v.manifest["counts"]["rows"]["default"].values())
+        # near_duplicates' values, one file per data file, by shards (night 1) or in memory (night 0)
+        artifacts = v.manifest["check_report"]["artifacts"]
+        near = sorted(sha for sha in map(near_sha, artifacts) if sha)
+        assert near == sorted(data_files)
+        for sha in near:
+            assert st.read_gate_file(v, near_artifact(sha), artifacts[near_artifact(sha)])
 
 
 def test_stored_keys_of_another_hasher_are_not_taken():
@@ -203,3 +213,71 @@ def test_stored_keys_that_fail_their_hash_are_never_used(chain):
             {k: (c["status"], c["offending"]) for k, c in full.items()}
     finally:
         stored.write_bytes(original)
+
+
+def _same_near(ours: dict, theirs: dict, reused: int | None) -> None:
+    """near_duplicates of a check equal to a full check's, but for its time and its reused rows."""
+    assert ours["details"].pop("reused_rows", None) == reused and "reused_rows" not in theirs["details"]
+    ours["details"].pop("seconds", None), theirs["details"].pop("seconds", None)
+    assert {k: ours[k] for k in ("status", "metric", "offending", "details")} == \
+        {k: theirs[k] for k in ("status", "metric", "offending", "details")}
+
+
+def test_near_duplicates_of_a_grown_version_signs_only_the_new_rows(chain):
+    incremental, _ = report(chain)
+    full, _ = report(chain, "--full")
+    _same_near(incremental["near_duplicates"], full["near_duplicates"], 602)
+    # a near copy across nights 0 -> 1, across nights 1 -> 2, and within night 2
+    assert {"near-r20", "near-r440", "near-r680"} <= set(incremental["near_duplicates"]["offending"])
+    assert incremental["near_duplicates"]["details"]["n_verified_pairs"] >= 3
+
+
+def test_near_values_made_under_other_parameters_are_not_taken(chain):
+    (chain["work"] / "near-85.yaml").write_text(CONFIG.replace("near_duplicates: {max_share: 0.1}",
+                                                               "near_duplicates: {max_share: 0.1, threshold: 0.85}"))
+    incremental, _ = report(chain, config="near-85.yaml")
+    full, _ = report(chain, "--full", config="near-85.yaml")
+    assert incremental["near_duplicates"]["details"]["jaccard_threshold"] == 0.85
+    _same_near(incremental["near_duplicates"], full["near_duplicates"], None)  # every row signed again
+    assert incremental["exact_duplicates"]["details"]["reused_rows"] == 602  # what else was stored still holds
+
+
+def test_stored_near_values_that_fail_their_hash_are_never_used(chain):
+    st = Store(str(chain["store"]))
+    parent = st.get(chain["refs"][1])
+    sha = sorted(sha for sha in map(near_sha, parent.manifest["check_report"]["artifacts"]) if sha)[0]
+    stored = chain["store"] / "nightly" / ".gate" / parent.version / near_artifact(sha)
+    original = stored.read_bytes()
+    try:
+        with np.load(io.BytesIO(original)) as values:
+            edited = {name: values[name].copy() for name in values.files}
+        edited["band_keys"][:, 21] = edited["band_keys"][:, 20]  # a hand-edit making r21 a candidate of r20
+        with stored.open("wb") as out:
+            np.savez(out, **edited)
+        checked, done = report(chain)
+        line = " ".join(done.stderr.split())
+        assert f"note: {parent.ref}'s stored results were not used" in line
+        assert f"{near_artifact(sha)} does not have the hash the version's signed report gives" in line
+        assert "reused" not in done.stdout
+        full, _ = report(chain, "--full")
+        _same_near(checked["near_duplicates"], full["near_duplicates"], None)
+    finally:
+        stored.write_bytes(original)
+
+
+def test_near_values_are_written_only_for_a_run_that_stores_them():
+    import polars as pl
+
+    from prefdata.checks.dedup import KEEP_NEAR, NEAR_SIGNED, check_near_duplicates
+
+    rows = night(0, 50, 7)
+    pairs = pl.DataFrame(rows).select("id", "prompt", "chosen", "rejected")
+    checking: dict = {}
+    check_near_duplicates(pairs, derived=checking)
+    assert NEAR_SIGNED not in checking  # a check that stores nothing writes ~270 bytes a row nowhere
+    publishing: dict = {KEEP_NEAR: True}
+    check_near_duplicates(pairs, derived=publishing)
+    kept, path = publishing[NEAR_SIGNED]
+    assert kept is pairs
+    with np.load(path) as values:
+        assert values["key"].shape == (50,) and values["sketch"].shape[0] == 50

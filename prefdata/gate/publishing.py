@@ -37,6 +37,9 @@ class Validation:
     parts: dict[str, Any] = field(default_factory=dict)
     # exact_duplicates' keys per data file (checks/batched.py EXACT_KEYS_BY_FILE), stored likewise
     keys: dict[str, Any] = field(default_factory=dict)
+    # near_duplicates' values per data file: file sha256 -> the scratch file this run left them in
+    # (checks/batched.py NEAR_BY_FILE; ~340 bytes a row, so on disk, not in memory), stored likewise
+    near: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -91,6 +94,7 @@ def validate_version(
     read_from=None,
     dask: str | None = None,
     full: bool = False,
+    keep: bool = False,
 ) -> Validation:
     """Run the checklist on a stored version and write its reports; the status is left as it is.
     `read_from`: a Store holding the version's bytes to check (a `pinned` copy), whose manifest is the
@@ -98,7 +102,8 @@ def validate_version(
     files of that name in the working folder (an eval file is named by a path: ./FILE). The --eval
     version is pinned as the version is: its files checked against its manifest as they are copied,
     and the copy read. `dask`: run_gate's (the workers must reach the store's files). `full`: check
-    every row, never taking a growing version's parent's stored results (load_inputs)."""
+    every row, never taking a growing version's parent's stored results (load_inputs). `keep`: leave what
+    the checks made for a grown version to reuse (near_duplicates' values: large, so only when stored)."""
     from prefdata.gate.runner import load_inputs, names_a_version, run_gate
 
     v = (read_from or store).get(ref)
@@ -113,17 +118,22 @@ def validate_version(
                                    eval_store=eval_store, stored=True, eval_stored=eval_stored,
                                    reference_prompts=Path(reference_prompts) if reference_prompts else None,
                                    benchmarks=benchmarks, docs_dir=folder / "gx", full=full, parent_store=store.url)
+    if keep:
+        from prefdata.checks.dedup import KEEP_NEAR
+
+        inputs.derived[KEEP_NEAR] = True
     outcome = run_gate(inputs, checklist, strict=strict, report_dir=folder, title=f"{title} {v.ref}", dask=dask)
     report = {**outcome.report, "config": checklist, "config_source": config_source,
               "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
-    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, PARTS, whole_file_keys
+    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, whole_file_keys, whole_file_near
     from prefdata.checks.checklist import whole_file_parts
 
     whole_file_parts(inputs, outcome.results, checklist)
     return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {},
-                      inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs))
+                      inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs),
+                      inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs))
 
 
 @contextmanager
@@ -160,7 +170,7 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
         if v.status == "validated":
             return Publication(v.ref, "validated", None)
         store.check_can_set_status(v.name)  # a status that cannot be written fails now, not after the checklist
-        validation = validate_version(store, v.ref, title="publish", read_from=copy, **settings)
+        validation = validate_version(store, v.ref, title="publish", read_from=copy, keep=True, **settings)
         if show is not None:
             show(validation)
         if not validation.passed:
@@ -179,6 +189,12 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             from prefdata.checks.batched import keys_file
 
             artifacts[EXACT_KEYS_ARTIFACT] = store.write_gate_file(v, EXACT_KEYS_ARTIFACT, keys_file(validation.keys))
+        if validation.near:
+            from prefdata.checks.batched import near_artifact
+
+            for sha, scratch in sorted(validation.near.items()):  # one file a data file: a child reads one at a time
+                name = near_artifact(sha)
+                artifacts[name] = store.write_gate_file(v, name, Path(scratch).read_bytes())
         if artifacts:
             report = {**report, "artifacts": artifacts}
         store.set_status(v.ref, "validated", report=report, checked=v)

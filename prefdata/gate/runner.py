@@ -299,14 +299,16 @@ EXACT_KEYS_ARTIFACT = "exact_keys.parquet"  # and exact_duplicates' keys per dat
 
 def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
     """What a version's parent stored when it was validated, per data file (file sha256 -> check id
-    -> {params, rows, result}; and -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys), and a line for
+    -> {params, rows, result}; -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys; -> NEAR_BY_FILE -> a
+    function reading near_duplicates' values, checked here and read when the check signs that file's
+    rows, as they are large), and a line for
     the report when it had some that cannot be used. Only a validated parent whose signature holds,
     and stored files that have the hashes its signed report gives: anything else (one file failing
     is enough) is computed again (the verdict is the same, only slower)."""
     parent_ref = (lineage or {}).get("parent")
     if not parent_ref:
         return None, None
-    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, read_keys_file
+    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, near_sha, read_keys_file
     from prefdata.data.store import DamagedFile, Store
 
     st = Store(store)
@@ -329,9 +331,30 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
             keys = read_keys_file(st.read_gate_file(parent, EXACT_KEYS_ARTIFACT, artifacts[EXACT_KEYS_ARTIFACT]))
             for sha, file_keys in keys.items():
                 reuse.setdefault(sha, {})[EXACT_KEYS_BY_FILE] = file_keys
+        for name, digest in sorted(artifacts.items()):
+            sha = near_sha(name)
+            if sha is not None:
+                # its hash checked now, so that a damaged one is this one line and a full check, as for the
+                # others; read again (checked again) when the check signs that file's rows
+                st.read_gate_file(parent, name, digest)
+                reuse.setdefault(sha, {})[NEAR_BY_FILE] = _gate_file_reader(st, parent, name, digest)
     except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
         return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
     return reuse or None, None
+
+
+def _gate_file_reader(st, parent, name: str, digest: str):
+    """A function giving one of `parent`'s gate files when it still has its hash, else None (the check
+    then computes what it held again: the verdict is the same, only slower)."""
+    from prefdata.data.store import DamagedFile
+
+    def read() -> bytes | None:
+        try:
+            return st.read_gate_file(parent, name, digest)
+        except (DamagedFile, UnusableInput):
+            return None
+
+    return read
 
 
 def _thin(shards, shape=None):
