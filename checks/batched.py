@@ -21,7 +21,8 @@ How each check runs, by its traits in the registry (checks/registry.py; run_chec
   read again only for the rows whose keys repeat (compared for real): the same groups, the same result.
   near_duplicates likewise takes what signing made for a shared file's rows (text hashes, band keys,
   sketches, screenable flags: `NEAR_BY_FILE`, one gate file per data file, read as that file's turn
-  comes) and signs only the new files' rows; candidates and verification run as in a full check;
+  comes) and signs only the new files' rows, and starts from the parent's clusters (NEAR_CLUSTERS):
+  only candidate pairs reaching a new text are made, screened and verified, the same clusters;
 - every other check runs once, unchanged, on the thin frame: lengths (length_ratio, the GX suite,
   label_direction's longer-wins baseline), prompts, ids, splits, scores and categories are all there.
 
@@ -133,7 +134,7 @@ def combine(check_id: str, results: list[CheckResult], n_rows: int, message: Mes
 # what `publish` stores with a validated version for its children (prefdata.gate.publishing)
 PARTS = "batched.parts"
 # details a run adds around a check's own (its time, its shard count): never part of a stored result
-_RUN_DETAILS = ("seconds", "shards", "reused_rows")
+_RUN_DETAILS = ("seconds", "shards", "reused_rows", "known_rows")
 
 
 def reusable(check_id: str) -> bool:
@@ -221,9 +222,28 @@ def near_artifact(sha: str) -> str:
 
 def near_sha(artifact: str) -> str | None:
     """The data file a `near_artifact` name is of; None for another artifact."""
-    if artifact.startswith("near_") and artifact.endswith(".npz"):
-        return artifact[len("near_"):-len(".npz")]
+    sha = artifact[len("near_"):-len(".npz")]
+    if artifact.startswith("near_") and artifact.endswith(".npz") and len(sha) == 64 \
+            and all(c in "0123456789abcdef" for c in sha):
+        return sha
     return None
+
+
+# CheckInputs.reuse[NEAR_CLUSTERS]: the bytes of the parent's stored clusters (minhash.near_clusters_file,
+# hash checked), from which a grown version's near_duplicates starts (`known`): the gate file's name too
+NEAR_CLUSTERS = "near_clusters.npz"
+
+
+def near_clusters(inputs: Any) -> bytes | None:
+    """This run's near_duplicates clusters as the gate file publish stores (NEAR_CLUSTERS), when it kept
+    them (dedup.KEEP_NEAR) over a stored version's rows; None otherwise."""
+    from .dedup import NEAR_FOUND
+    from .minhash import near_clusters_file
+
+    found = inputs.derived.get(NEAR_FOUND)
+    if found is None or not inputs.part_keys or found[0] is not inputs.pairs:
+        return None
+    return near_clusters_file(found[1], list(inputs.part_keys), found[2])
 
 
 def whole_file_near(inputs: Any) -> dict[str, str]:
@@ -242,13 +262,17 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
                     seed: int) -> CheckResult:
     """The near-duplicate check over the shards. A version grown from a validated one takes the values
     its parent stored for the files they share (signatures, band keys, sketches, text hashes: what
-    signing makes, `NEAR_BY_FILE`) and signs only its new files' rows; candidates, screening and
-    verification then run on all rows as in a full check, reading only candidate rows' texts: the
-    same clusters, the same result. Every file's values go to scratch files for publish to store."""
+    signing makes, `NEAR_BY_FILE`) and signs only its new files' rows; and it starts from the parent's
+    clusters (NEAR_CLUSTERS), making, screening and verifying only the candidate pairs that reach a new
+    text, reading only those rows' texts: the same clusters as a full check, the same result (the
+    counts of candidates and verified pairs are this run's). For publish (dedup.KEEP_NEAR), every
+    file's values go to scratch files and the clusters to `derived`."""
     import os
 
     from .dedup import KEEP_NEAR, _exact_keys, _lsh_split, near_duplicates_result
-    from .minhash import VERIFY_BYTES, _find_near_duplicates, _near_meta, _scratch_dir, near_file, read_near_file
+    from .dedup import NEAR_FOUND
+    from .minhash import (VERIFY_BYTES, _find_near_duplicates, _near_meta, _scratch_dir, near_file,
+                          read_near_clusters, read_near_file)
     from .shards import ShardTexts
 
     columns = ["prompt"] if scope == "prompt" else ["prompt", *RESPONSES]
@@ -315,16 +339,27 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
                 by_file[sha] = os.path.join(folder, near_artifact(sha))
                 near_file(meta, key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b], by_file[sha])
 
+    known = None
+    if reuse.get(NEAR_CLUSTERS) is not None and all(keys):
+        try:
+            known = read_near_clusters(reuse[NEAR_CLUSTERS], meta, list(keys), shards.offsets)
+        except ValueError:
+            known = None  # clustered again from scratch: the verdict is the same, only slower
+
     found = _find_near_duplicates(
         ShardTexts(shards, columns), threshold=threshold, num_perm=num_perm, ngram=ngram, seed=seed,
         bands_rows=(bands, rows), n_threads=None, on_block=on_block, verify_bytes=VERIFY_BYTES,
-        stored=stored if reuse else None, on_signed=on_signed)
+        stored=stored if reuse else None, on_signed=on_signed, known=known)
     if on_block is not None:
         inputs.derived[SHARD_KEYS] = (prompt_key, pair_key)
+    if inputs.derived.get(KEEP_NEAR):
+        inputs.derived[NEAR_FOUND] = (inputs.pairs, meta, found.cluster)
     result = near_duplicates_result(inputs.pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
                                     scope=scope, max_share=max_share)
     if reused:
         result.details["reused_rows"] = reused
+    if known is not None:
+        result.details["known_rows"] = known[0]  # clustered by the parent: only pairs reaching a new text made
     return result
 
 

@@ -184,6 +184,9 @@ NEAR_SIGNED = "dedup.near_signed"
 # set (True) by a run whose caller stores those values (publish): ~270 bytes a row, so a check that
 # stores nothing writes none
 KEEP_NEAR = "dedup.keep_near"
+# and under which it then leaves its clusters, (pairs, meta, NearDuplicates.cluster): what publish
+# stores for a version's grown children to start from (checks/batched.py near_clusters)
+NEAR_FOUND = "dedup.near_found"
 
 
 def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
@@ -396,6 +399,11 @@ def check_near_duplicates(
     )
     if on_block is not None:
         derived[EXACT_KEYS] = (pairs, prompt_key, pair_key)
+    if on_signed is not None:
+        from .minhash import _near_meta
+
+        derived[NEAR_FOUND] = (pairs, _near_meta(threshold=threshold, num_perm=num_perm, ngram=ngram, scope=scope,
+                                                 seed=seed, bands=bands_rows[0], rows=bands_rows[1]), found.cluster)
     return near_duplicates_result(pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
                                   scope=scope, max_share=max_share)
 

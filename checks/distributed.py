@@ -292,8 +292,8 @@ def _band_records(band_keys: np.ndarray, first: int, later: np.ndarray) -> Any:
 
 def _bucket_edges(part: Any) -> Any:
     """A shuffled partition's LSH buckets (rows sharing a band's key) as candidate edges a < b, by
-    the one-process rule (checks/minhash.py `_band_edges`: all pairs of a small bucket, a star to the
-    smallest position in a big one). Positions are in frame order, as unique-text indices are there."""
+    the one-process rule (checks/minhash.py `_band_edges`: all pairs of a bucket's smallest positions, a
+    star from the smallest to the rest). Positions are in frame order, as unique-text indices are there."""
     import pandas as pd
 
     from .minhash import _band_edges

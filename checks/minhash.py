@@ -24,9 +24,11 @@ preference pairs. The pipeline (checks/dedup.py describes step 1, exact copies):
    threshold on purpose: candidates are verified exactly, so a low knee costs some verification
    time and buys recall. (datasketch's MinHashLSH picks 9 x 13 for 0.8 / 128, which minimises
    unverified false positives and negatives together and finds a pair at J = 0.8 with p ~ 0.40.)
-   Candidates are texts sharing a band key, found per band by sorting the keys. Within a bucket
-   of up to `MAX_ALL_PAIRS_BUCKET` texts every pair is a candidate; larger buckets link each
-   member to the bucket's first text (a star), so the work stays linear in the bucket size.
+   Candidates are texts sharing a band key, found per band by sorting the keys. A bucket's first
+   `MAX_ALL_PAIRS_BUCKET` texts (in text order) are candidates all pairs, and each further member
+   is linked to the bucket's first text (a star), so the work stays linear in the bucket size; and
+   texts joining later never change the candidates among earlier ones (a grown version's edges
+   among its parent's texts are its parent's, so it starts from the parent's clusters: `known`).
 5. Verification: bands are processed one after another, candidates in batches; a candidate whose
    two texts are already in one cluster is skipped, the others get the exact Jaccard of their
    shingle sets (recomputed for those texts only) and are dropped below the threshold, so every
@@ -70,7 +72,7 @@ DEFAULT_NUM_PERM = default("near_duplicates", "num_perm")
 DEFAULT_NGRAM = default("near_duplicates", "ngram")
 # A pair exactly at the threshold Jaccard must become an LSH candidate with at least this probability.
 MIN_CANDIDATE_PROB = 0.999
-# Buckets larger than this are linked as a star to their first member instead of all pairs.
+# A bucket's this many smallest members are linked all pairs, any further member to the smallest (a star).
 MAX_ALL_PAIRS_BUCKET = 16
 # Bytes of text per hashing chunk: small enough for its temporaries (~30x this) to stay in cache.
 CHUNK_BYTES = 1 << 18
@@ -508,26 +510,30 @@ def _band_buckets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[at].astype(np.int64), bucket
 
 
-def _band_edges(members: np.ndarray, bucket: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate edges (a < b) of one band: every pair within buckets of up to MAX_ALL_PAIRS_BUCKET
-    members, and each member to the bucket's smallest index in larger buckets (a star)."""
+def _band_edges(members: np.ndarray, bucket: np.ndarray, min_b: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate edges (a < b) of one band: every pair among a bucket's MAX_ALL_PAIRS_BUCKET smallest
+    members, and each further member to the bucket's smallest (a star). The rule is prefix-stable:
+    the edges among a bucket's members below an index do not change when members above it join, so
+    a grown version's edges among its parent's texts are the parent's (`_find_near_duplicates`'s
+    `known`). `min_b`: only the edges whose b is at least this."""
     if members.size == 0:
         return members, members
     frame = pl.DataFrame({"k": bucket, "u": members}).with_columns(
-        pl.len().over("k").alias("n"), pl.col("u").min().over("k").alias("first")
+        pl.col("u").rank("ordinal").over("k").alias("r"), pl.col("u").min().over("k").alias("first")
     )
-    small = frame.filter(pl.col("n") <= MAX_ALL_PAIRS_BUCKET).select("k", "u")
-    big = frame.filter(pl.col("n") > MAX_ALL_PAIRS_BUCKET)
+    head = frame.filter(pl.col("r") <= MAX_ALL_PAIRS_BUCKET).select("k", "u")
+    tail = frame.filter(pl.col("r") > MAX_ALL_PAIRS_BUCKET)
     edges = pl.concat(
         [
-            small.join(small, on="k", suffix="_b")
+            head.join(head, on="k", suffix="_b")
             .filter(pl.col("u") < pl.col("u_b"))
             .select(pl.col("u").alias("a"), pl.col("u_b").alias("b")),
-            big.filter(pl.col("u") != pl.col("first")).select(
-                pl.col("first").alias("a"), pl.col("u").alias("b")
-            ),
+            tail.select(pl.col("first").alias("a"), pl.col("u").alias("b")),
         ]
-    ).unique()
+    )
+    if min_b:
+        edges = edges.filter(pl.col("b") >= min_b)
+    edges = edges.unique()
     return edges["a"].to_numpy().astype(np.int64), edges["b"].to_numpy().astype(np.int64)
 
 
@@ -591,12 +597,13 @@ def _chunk_bounds(offsets: np.ndarray, max_texts: int = CHUNK_TEXTS) -> list[int
     return bounds
 
 
-def _distinct_edges(buckets: list[tuple[np.ndarray, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
-    """The candidate edges (a < b) of all bands, each pair once, ordered by (a, b): deduplicated
-    band by band, so at most one band's edges are held twice."""
+def _distinct_edges(buckets: list[tuple[np.ndarray, np.ndarray]], m: int,
+                    min_b: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate edges (a < b, b >= min_b) of all bands, each pair once, ordered by (a, b):
+    deduplicated band by band, so at most one band's edges are held twice."""
     seen = pl.Series("k", [], dtype=pl.UInt64)
     for members, bucket in buckets:
-        a, b = _band_edges(members, bucket)
+        a, b = _band_edges(members, bucket, min_b)
         keys = pl.Series("k", a.astype(np.uint64) * np.uint64(m) + b.astype(np.uint64), dtype=pl.UInt64)
         seen = pl.concat([seen, keys]).unique()
     keys = seen.sort().to_numpy()
@@ -637,6 +644,7 @@ def _find_near_duplicates(
     verify_bytes: int | None = None,
     stored: Callable[[int, int], tuple[np.ndarray, ...] | None] | None = None,
     on_signed: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    known: tuple[int, np.ndarray, np.ndarray] | None = None,
 ) -> NearDuplicates:
     """`find_near_duplicates` over `texts.text(...)` (one text per row). The texts are made and
     hashed a block of rows at a time (`texts.blocks()`), so at no point are all of them in memory:
@@ -644,7 +652,14 @@ def _find_near_duplicates(
     made again. `on_block(a, b, parts)` sees each block's prepared columns (rows a..b-1), so a caller
     can hash them for another use without preparing them again. `stored(a, b)`, when it gives them,
     is a block's values as `_sign_blocks` made them in an earlier run (its texts are then not read),
-    and `on_signed` sees every row's values once signed (to store them for a later run)."""
+    and `on_signed` sees every row's values once signed (to store them for a later run).
+
+    `known` = (n_old, rows, firsts): the clusters an earlier run found over rows 0..n_old-1, the same
+    rows under the same parameters (a grown version's parent: row i of those in `rows` is in the
+    cluster whose first row is firsts[i]). Only edges reaching a text first seen after them are then
+    made, screened and verified; the clusters are those of a run over all rows, as edges among the
+    earlier rows' texts are the earlier run's (`_band_edges` is prefix-stable) and verification is
+    per pair. The counts in the result are then this run's work."""
     bands, rows = bands_rows
     n = texts.n
     if n == 0:
@@ -664,9 +679,17 @@ def _find_near_duplicates(
         first_rows = np.nonzero(exact == np.arange(n))[0]
         u_of_row = np.searchsorted(first_rows, exact)
         m = first_rows.size
+        # texts first seen in rows before n_old are 0..m_old-1: an earlier run's, clustered already
+        m_old = int(np.searchsorted(first_rows, known[0])) if known is not None else 0
 
         def buckets_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return _band_buckets(keys if m == n else keys[first_rows])
+            keys = keys if m == n else keys[first_rows]
+            if not m_old:
+                return _band_buckets(keys)
+            # the buckets a new text is in, whole (their smallest members decide the edges)
+            at = np.concatenate([np.flatnonzero(np.isin(keys[:m_old], keys[m_old:])), np.arange(m_old, m)])
+            members, bucket = _band_buckets(keys[at])
+            return at[members], bucket
 
         buckets = list(pool.map(buckets_of, band_keys)) if pool else [buckets_of(k) for k in band_keys]
     finally:
@@ -675,7 +698,9 @@ def _find_near_duplicates(
     del band_keys
     if m < n:
         sketch, screenable = sketch[first_rows], screenable[first_rows]
-    labels, counts = _cluster_candidates(texts, first_rows, buckets, sketch, screenable, threshold, ngram, verify_bytes)
+    seed_edges = (u_of_row[known[1]], u_of_row[known[2]]) if m_old else None
+    labels, counts = _cluster_candidates(texts, first_rows, buckets, sketch, screenable, threshold, ngram, verify_bytes,
+                                         seed_edges, m_old)
     n_candidates, n_checked, n_verified = counts
     cluster = first_rows[labels[u_of_row]]
     return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact,
@@ -730,11 +755,13 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
 
 def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch: np.ndarray,
                         screenable: np.ndarray, threshold: float, ngram: int,
-                        verify_bytes: int | None) -> tuple[np.ndarray, tuple[int, int, int]]:
+                        verify_bytes: int | None, seed_edges: tuple[np.ndarray, np.ndarray] | None = None,
+                        min_b: int = 0) -> tuple[np.ndarray, tuple[int, int, int]]:
     """Steps 5-6 over the unique texts: candidates, band by band and in batches; edges whose texts
     are already connected are skipped, the rest screened on their signatures and verified by exact
     Jaccard; verified edges are unioned into clusters. Returns each unique text's cluster label and
-    (candidates, verified by exact Jaccard, found similar)."""
+    (candidates, verified by exact Jaccard, found similar). `seed_edges` join texts known to be
+    similar already (an earlier run's clusters), and only candidates with b >= `min_b` are made."""
     m = first_rows.size
 
     def unique_texts(u: np.ndarray) -> pl.Series:
@@ -747,7 +774,7 @@ def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch
     # Every band's candidate pairs, each distinct pair once: the same two texts meet in many bands
     # (a shared reply puts them in one bucket band after band, and a big bucket's star keeps its
     # centre), and each pair is screened and verified at most once.
-    a, b = _distinct_edges(buckets, m)
+    a, b = _distinct_edges(buckets, m, min_b)
     prefetch = getattr(texts, "prefetch", None)
     if prefetch is not None and a.size:  # texts read from disk (checks/shards.py): fetch every row
         # verification may need in one pass, not a pass per batch of edges
@@ -755,6 +782,8 @@ def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch
                                for s0 in range(0, a.size, VERIFY_BATCH)])
         prefetch(first_rows[np.unique(np.concatenate([a[kept], b[kept]]))])
     uf = _UnionFind(m)
+    if seed_edges is not None:
+        uf.union(*seed_edges)
     n_checked = n_verified = n_candidates = 0
     for s0 in range(0, a.size, VERIFY_BATCH):
         ea, eb = a[s0 : s0 + VERIFY_BATCH], b[s0 : s0 + VERIFY_BATCH]
@@ -831,3 +860,45 @@ def near_scratch(values: tuple[np.ndarray, ...], *, threshold: float, num_perm: 
                       bands=bands_rows[0], rows=bands_rows[1])
     near_file(meta, *values, path)
     return path
+
+
+def near_clusters_file(meta: str, files: list[str], cluster: np.ndarray) -> bytes:
+    """A run's clusters over a version's rows (NearDuplicates.cluster), for its grown children to start
+    from (`_find_near_duplicates`'s `known`): each clustered row that is not its cluster's first, with
+    that first row; with `meta` and the version's data files in row order (what the rows are)."""
+    import io
+    import json
+
+    rows = np.flatnonzero(cluster != np.arange(cluster.size))
+    out = io.BytesIO()
+    np.savez(out, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
+             files=np.frombuffer(json.dumps(files).encode(), dtype=np.uint8),
+             n=np.array([cluster.size], dtype=np.int64), rows=rows.astype(np.int64),
+             firsts=cluster[rows].astype(np.int64))
+    return out.getvalue()
+
+
+def read_near_clusters(data: bytes, meta: str, files: list[str],
+                       offsets: np.ndarray) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """`near_clusters_file`'s clusters as `known` for a version whose data files (`files`, row `offsets`)
+    begin with the stored version's, under the same `meta`; None otherwise (ValueError: not such a file)."""
+    import io
+    import json
+    import zipfile
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            if bytes(stored["meta"]).decode() != meta:
+                return None
+            theirs = json.loads(bytes(stored["files"]).decode())
+            n, rows, firsts = int(stored["n"][0]), stored["rows"], stored["firsts"]
+    except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a file of near_duplicates clusters ({exc})") from None
+    k = len(theirs)
+    if not theirs or files[:k] != theirs or k >= len(files) or int(offsets[k]) != n:
+        return None
+    if rows.shape != firsts.shape or (rows.size and (rows.min() < 0 or rows.max() >= n or firsts.min() < 0
+                                                     or (firsts >= rows).any())):
+        raise ValueError("near_duplicates clusters out of their rows' range")
+    return n, rows, firsts
+

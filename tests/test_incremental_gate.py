@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_onto import prefdata, version_of  # the command line as a user runs it
 
-from prefdata.checks.batched import keys_file, near_artifact, near_sha, read_keys_file
+from prefdata.checks.batched import NEAR_CLUSTERS, keys_file, near_artifact, near_sha, read_keys_file
 from prefdata.data.store import Store
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta", "lambda", "zeta")
@@ -142,6 +142,11 @@ def test_the_stored_results_are_bound_by_the_signed_report(chain):
         assert near == sorted(data_files)
         for sha in near:
             assert st.read_gate_file(v, near_artifact(sha), artifacts[near_artifact(sha)])
+        # and its clusters over all its rows, where a child's near_duplicates starts
+        with np.load(io.BytesIO(st.read_gate_file(v, NEAR_CLUSTERS, artifacts[NEAR_CLUSTERS]))) as clusters:
+            assert json.loads(bytes(clusters["files"]).decode()) == \
+                [v.manifest["files"][rel]["sha256"] for rel in st.table_files(v, "default")]
+            assert clusters["rows"].size >= (ref == chain["refs"][1])  # night 1: near-r20, a near copy of r20
 
 
 def test_stored_keys_of_another_hasher_are_not_taken():
@@ -215,21 +220,34 @@ def test_stored_keys_that_fail_their_hash_are_never_used(chain):
         stored.write_bytes(original)
 
 
-def _same_near(ours: dict, theirs: dict, reused: int | None) -> None:
-    """near_duplicates of a check equal to a full check's, but for its time and its reused rows."""
+# near_duplicates' counts of the work a run did: a child starting from its parent's clusters does less
+WORK = ("n_candidate_pairs", "n_verified_pairs", "n_lsh_candidates", "n_screened_out")
+
+
+def _same_near(ours: dict, theirs: dict, reused: int | None, known: int | None = None) -> dict:
+    """near_duplicates of a check equal to a full check's, but for its time, its reused rows and, where it
+    started from the parent's clusters (`known` rows), its work; that work against the full check's."""
     assert ours["details"].pop("reused_rows", None) == reused and "reused_rows" not in theirs["details"]
+    assert ours["details"].pop("known_rows", None) == known and "known_rows" not in theirs["details"]
     ours["details"].pop("seconds", None), theirs["details"].pop("seconds", None)
+    work = {}
+    if known is not None:
+        work = {k: (ours["details"].pop(k), theirs["details"].pop(k)) for k in WORK}
     assert {k: ours[k] for k in ("status", "metric", "offending", "details")} == \
         {k: theirs[k] for k in ("status", "metric", "offending", "details")}
+    return work
 
 
 def test_near_duplicates_of_a_grown_version_signs_only_the_new_rows(chain):
     incremental, _ = report(chain)
     full, _ = report(chain, "--full")
-    _same_near(incremental["near_duplicates"], full["near_duplicates"], 602)
+    work = _same_near(incremental["near_duplicates"], full["near_duplicates"], 602, 602)
     # a near copy across nights 0 -> 1, across nights 1 -> 2, and within night 2
     assert {"near-r20", "near-r440", "near-r680"} <= set(incremental["near_duplicates"]["offending"])
-    assert incremental["near_duplicates"]["details"]["n_verified_pairs"] >= 3
+    # the parent's pair (r20, near-r20) is not verified again; the two reaching night 2's rows are
+    ours, theirs = work["n_verified_pairs"]
+    assert ours == 2 and theirs >= 3
+    assert work["n_lsh_candidates"][0] < work["n_lsh_candidates"][1]
 
 
 def test_near_values_made_under_other_parameters_are_not_taken(chain):
@@ -281,3 +299,85 @@ def test_near_values_are_written_only_for_a_run_that_stores_them():
     assert kept is pairs
     with np.load(path) as values:
         assert values["key"].shape == (50,) and values["sketch"].shape[0] == 50
+
+
+def test_stored_clusters_that_fail_their_hash_are_never_used(chain):
+    st = Store(str(chain["store"]))
+    parent = st.get(chain["refs"][1])
+    stored = chain["store"] / "nightly" / ".gate" / parent.version / NEAR_CLUSTERS
+    original = stored.read_bytes()
+    try:
+        with np.load(io.BytesIO(original)) as values:
+            edited = {name: values[name].copy() for name in values.files}
+        edited["rows"], edited["firsts"] = edited["rows"][:0], edited["firsts"][:0]  # "no near copies before"
+        with stored.open("wb") as out:
+            np.savez(out, **edited)
+        checked, done = report(chain)
+        line = " ".join(done.stderr.split())
+        assert f"{NEAR_CLUSTERS} does not have the hash the version's signed report gives" in line
+        assert "near-r20" in checked["near_duplicates"]["offending"]
+        full, _ = report(chain, "--full")
+        _same_near(checked["near_duplicates"], full["near_duplicates"], None)
+    finally:
+        stored.write_bytes(original)
+
+
+def test_band_edges_among_earlier_members_do_not_change_when_later_ones_join():
+    from prefdata.checks.minhash import MAX_ALL_PAIRS_BUCKET, _band_edges
+
+    rnd = np.random.default_rng(3)
+    sizes = [2, 5, MAX_ALL_PAIRS_BUCKET, MAX_ALL_PAIRS_BUCKET + 1, 40, 200]
+    bucket = np.repeat(np.arange(len(sizes)), sizes)
+    members = np.concatenate([rnd.choice(1000, size, replace=False) for size in sizes]).astype(np.int64)
+    for t in (100, 400, 700):
+        early = members < t
+        whole = {(a, b) for a, b in zip(*_band_edges(members, bucket)) if b < t}
+        assert whole == set(zip(*_band_edges(members[early], bucket[early])))
+        reaching = set(zip(*_band_edges(members, bucket, min_b=t)))
+        assert reaching == {(a, b) for a, b in zip(*_band_edges(members, bucket)) if b >= t}
+    # a big bucket: all pairs among its smallest members, the rest to its smallest
+    a, b = _band_edges(np.arange(20, dtype=np.int64), np.zeros(20, dtype=np.int64))
+    assert len(a) == MAX_ALL_PAIRS_BUCKET * (MAX_ALL_PAIRS_BUCKET - 1) // 2 + 20 - MAX_ALL_PAIRS_BUCKET
+
+
+def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over_all_rows():
+    """Variants of a canned reply in both parts (about half of their pairs similar enough), near copies
+    across the two parts and within the later one, exact copies of earlier rows. (That a bucket growing
+    past MAX_ALL_PAIRS_BUCKET keeps its earlier edges is the test above: LSH rarely makes one here.)"""
+    import polars as pl
+
+    from prefdata.checks.dedup import _Texts
+    from prefdata.checks.minhash import _find_near_duplicates, _lsh_split
+
+    rnd = random.Random(5)
+    words = [f"{w}{k}" for w in WORDS for k in range(30)]
+    canned = [" ".join(rnd.choice(words) for _ in range(60)) for _ in range(3)]
+
+    def variant(text: str, edits: int) -> str:
+        out = text.split()
+        for _ in range(edits):
+            out[rnd.randrange(len(out))] = rnd.choice(words)
+        return " ".join(out)
+
+    def part(n: int, variants: int) -> list[str]:
+        texts = [" ".join(rnd.choice(words) for _ in range(40)) for _ in range(n)]
+        texts += [variant(canned[0], rnd.randrange(1, 6)) for _ in range(variants)]
+        texts += [variant(rnd.choice(canned[1:]), rnd.randrange(1, 6)) for _ in range(4)]
+        return texts
+
+    early = part(300, 12)
+    later = part(60, 12) + [variant(t, 1) for t in rnd.sample(early, 8)] + rnd.sample(early, 4)
+    later += [variant(later[k], 1) for k in range(3)]
+    bands_rows = _lsh_split(0.8, 128, 5, None)
+
+    def run(texts: list[str], known=None):
+        return _find_near_duplicates(_Texts([pl.Series(texts)]), threshold=0.8, num_perm=128, ngram=5, seed=1,
+                                     bands_rows=bands_rows, n_threads=1, known=known)
+
+    parent = run(early)
+    rows = np.flatnonzero(parent.cluster != np.arange(len(early)))
+    assert rows.size >= 5  # the canned variants cluster already in the earlier part
+    full = run(early + later)
+    grown = run(early + later, known=(len(early), rows, parent.cluster[rows]))
+    assert np.array_equal(grown.cluster, full.cluster)
+    assert grown.flagged[len(early):].sum() >= 15 and grown.n_verified_pairs < full.n_verified_pairs

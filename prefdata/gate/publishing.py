@@ -40,6 +40,8 @@ class Validation:
     # near_duplicates' values per data file: file sha256 -> the scratch file this run left them in
     # (checks/batched.py NEAR_BY_FILE; ~340 bytes a row, so on disk, not in memory), stored likewise
     near: dict[str, str] = field(default_factory=dict)
+    # and its clusters over the version's rows (checks/batched.py NEAR_CLUSTERS), where a child starts
+    clusters: bytes | None = None
 
     @property
     def passed(self) -> bool:
@@ -127,13 +129,14 @@ def validate_version(
               "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
-    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, whole_file_keys, whole_file_near
+    from prefdata.checks.batched import (EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, near_clusters, whole_file_keys,
+                                         whole_file_near)
     from prefdata.checks.checklist import whole_file_parts
 
     whole_file_parts(inputs, outcome.results, checklist)
     return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {},
                       inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs),
-                      inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs))
+                      inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs), near_clusters(inputs))
 
 
 @contextmanager
@@ -195,6 +198,10 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             for sha, scratch in sorted(validation.near.items()):  # one file a data file: a child reads one at a time
                 name = near_artifact(sha)
                 artifacts[name] = store.write_gate_file(v, name, Path(scratch).read_bytes())
+        if validation.clusters is not None:
+            from prefdata.checks.batched import NEAR_CLUSTERS
+
+            artifacts[NEAR_CLUSTERS] = store.write_gate_file(v, NEAR_CLUSTERS, validation.clusters)
         if artifacts:
             report = {**report, "artifacts": artifacts}
         store.set_status(v.ref, "validated", report=report, checked=v)

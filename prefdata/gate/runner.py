@@ -301,14 +301,15 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
     """What a version's parent stored when it was validated, per data file (file sha256 -> check id
     -> {params, rows, result}; -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys; -> NEAR_BY_FILE -> a
     function reading near_duplicates' values, checked here and read when the check signs that file's
-    rows, as they are large), and a line for
+    rows, as they are large; and under NEAR_CLUSTERS, not a file: near_duplicates' clusters over all
+    the parent's rows), and a line for
     the report when it had some that cannot be used. Only a validated parent whose signature holds,
     and stored files that have the hashes its signed report gives: anything else (one file failing
     is enough) is computed again (the verdict is the same, only slower)."""
     parent_ref = (lineage or {}).get("parent")
     if not parent_ref:
         return None, None
-    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, near_sha, read_keys_file
+    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, NEAR_CLUSTERS, near_sha, read_keys_file
     from prefdata.data.store import DamagedFile, Store
 
     st = Store(store)
@@ -338,6 +339,8 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
                 # others; read again (checked again) when the check signs that file's rows
                 st.read_gate_file(parent, name, digest)
                 reuse.setdefault(sha, {})[NEAR_BY_FILE] = _gate_file_reader(st, parent, name, digest)
+        if NEAR_CLUSTERS in artifacts:  # its clusters: where the child's near_duplicates starts
+            reuse[NEAR_CLUSTERS] = st.read_gate_file(parent, NEAR_CLUSTERS, artifacts[NEAR_CLUSTERS])
     except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
         return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
     return reuse or None, None
