@@ -14,10 +14,11 @@ PYTEST_ARGS ?= -m "not slow"
 # instead of holding CI until its limit with no word of where it hung. The slowest fast test with its
 # fixtures (building argilla-server's environment on a fresh machine) takes a few minutes.
 PYTEST_TIMEOUT ?= 900
-# Test files run in two processes (pytest-xdist; a file's tests stay together, with its servers).
+# Test files run in three processes (pytest-xdist; a file's tests stay together, with its servers):
+# on two cores a third keeps them busy while the others wait on servers and subprocesses.
 # PYTEST_WORKERS=0 runs them in one.
-PYTEST_WORKERS ?= 2
-# Two workers on two cores: torch's OpenMP threads wait passively instead of spinning, or each
+PYTEST_WORKERS ?= 3
+# Several workers on two cores: torch's OpenMP threads wait passively instead of spinning, or each
 # worker's threads spin against the other's (PPO's tests on two workers: 63 s spinning, 26 s passive;
 # see prefdata/world/build.py for the same effect on one training run).
 TEST_ENV := OMP_WAIT_POLICY=PASSIVE

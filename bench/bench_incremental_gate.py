@@ -10,7 +10,9 @@ that it can be published under CONFIG (shares of duplicates and length violation
 checks a made-up-word corpus cannot meet waived). The parent is imported and published once (timed,
 once); the night is grown onto it and imported alone; then the three checks run --runs times each,
 interleaved, each a CLI subprocess with its peak RSS, and the duplicate checks' own seconds (their
-reports' details). `--no-near` waives near_duplicates: it hashes every row's texts for
+reports' details), and the five slowest checks of each run; last, `publish CHILD` and `publish
+NIGHT` once each (issue 46 item 3 is about publish; the night is made without answer leaks so that
+both pass). `--no-near` waives near_duplicates: it hashes every row's texts for
 exact_duplicates when it runs, so exact_duplicates' reuse of the parent's stored keys shows alone.
 Figures only; the last line is their JSON.
 """
@@ -49,7 +51,8 @@ from bench.realistic import make_realistic_pairs
 parent_file, night_file, n, night = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 parent, truth = make_realistic_pairs(n, seed=0)
 parent.filter(~pl.col("id").is_in(truth["answer_leakage"])).write_parquet(parent_file)
-fresh, _ = make_realistic_pairs(night, seed=1)
+fresh, fresh_truth = make_realistic_pairs(night, seed=1)
+fresh = fresh.filter(~pl.col("id").is_in(fresh_truth["answer_leakage"]))
 fresh.with_columns(pl.col("id").str.replace("^u", "n")).write_parquet(night_file)
 """
 
@@ -95,7 +98,9 @@ def main() -> None:
             checks = {c["id"]: c for c in json.loads(out.read_text())["checks"]}
             done["dups"] = {c: checks[c]["details"].get("seconds") for c in DUPLICATES if c in checks}
             timings[kind].append(done)
-            print(f"  {kind:10s} run {k}: {done['seconds']} s, peak {done['peak_rss_mb']} MB, {done['dups']}", flush=True)
+            slowest = sorted(((c["details"].get("seconds") or 0, i) for i, c in checks.items()), reverse=True)[:5]
+            print(f"  {kind:10s} run {k}: {done['seconds']} s, peak {done['peak_rss_mb']} MB; slowest checks: "
+                  + ", ".join(f"{i} {s:.2f} s" for s, i in slowest), flush=True)
     figures: dict = {"parent_pairs": args.parent, "night_pairs": args.night,
                      "parent_publish_seconds": published["seconds"]}
     for kind in kinds:
@@ -105,6 +110,12 @@ def main() -> None:
             seconds = [t["dups"][check] for t in timings[kind] if t["dups"].get(check) is not None]
             if seconds:
                 figures[f"{check}_{kind}_seconds_median"] = statistics.median(seconds)
+    # issue 46 item 3 is about publish: the child's (it passes: the night carries no leaks) and the night's
+    for kind, ref in (("child", child), ("night", night)):
+        done = step("publish", ref, "--config", str(config))
+        figures[f"publish_{kind}_seconds"], figures[f"publish_{kind}_peak_rss_mb"] = done["seconds"], done["peak_rss_mb"]
+        print(f"  publish {kind}: {done['seconds']} s, peak {done['peak_rss_mb']} MB", flush=True)
+    figures["publish_child_over_night"] = round(figures["publish_child_seconds"] / figures["publish_night_seconds"], 2)
     figures["child_over_night"] = round(figures["check_child_seconds_median"] / figures["check_night_seconds_median"], 2)
     figures["child_over_full"] = round(figures["check_child_seconds_median"] / figures["check_child_full_seconds_median"], 2)
     for key, value in figures.items():
