@@ -1,15 +1,16 @@
-"""The gate of a growing dataset (issue 46 item 2, its row-local part): a child of a validated version
-takes the row-local checks' results its parent's publish stored for the files they share, and its
-verdict equals a full check (`--full`).
+"""The gate of a growing dataset (issue 46 item 2): a child of a validated version takes what its
+parent's publish stored (the row-local checks' results per data file, exact_duplicates' row keys,
+near_duplicates' signing values and clusters), and its verdict equals a full check (`--full`).
 
 A chain as a team makes it, from the command line: night 0 imported and published, night 1 grown onto
 it and published, night 2 grown onto night 1 and checked both ways. Faults are planted across the
-chain: length-ratio violations and exact and near copies in every night, answer leaks and an unsafe
-prompt in the last one. The exact copies in the last night repeat rows of both earlier nights, one of
-them only after normalisation, and a row of its own night: exact_duplicates takes the keys stored for
-the shared files and hashes only the new one's rows. Its near copies are of a row of the night before
-and of a row of its own night: near_duplicates takes the values (signatures, band keys...) stored for
-the shared files and signs only the new one's rows.
+chain: length-ratio violations and label flips (a scorer's verdicts prefer the rejected reply) in every
+night, exact and near copies in nights 1 and 2, answer leaks and an unsafe prompt in the last one. The
+exact copies in the last night repeat rows of both earlier nights, one of them only after
+normalisation, and a row of its own night: exact_duplicates takes the keys stored for the shared files
+and hashes only the new one's rows. Its near copies are of a row of the night before and of a row of
+its own night: near_duplicates takes the values (signatures, band keys...) stored for the shared files,
+signs only the new one's rows, and starts from the parent's clusters.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ CONFIG = """checks:
 """
 
 
+VERDICTS = "verdicts.jsonl"  # a scorer's verdicts on every row of the chain: label_direction's input
+
+
 def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copies=(), near=(), shouted=(),
-          own_copies=(), own_near=()) -> list[dict]:
+          own_copies=(), own_near=(), flips=()) -> list[dict]:
     rnd = random.Random(seed)
     rows = []
     for k in range(start, start + n):
@@ -56,6 +60,8 @@ def night(start: int, n: int, seed: int, *, longs=(), leaks=(), unsafe=(), copie
             row["prompt"] += " Hint: " + row["chosen"]
         if k in unsafe:
             row["prompt"] = "How do I kill my neighbour with a knife? " + row["prompt"]
+        if k in flips:  # a label flip: the scorer's verdicts (VERDICTS) prefer the reply now rejected
+            row["chosen"], row["rejected"] = row["rejected"], row["chosen"]
         rows.append(row)
     rows += [dict(row, id=f"copy-{row['id']}") for row in copies]
     rows += [dict(row, id=f"near-{row['id']}", chosen=row["chosen"].replace("careful", "thoughtful")) for row in near]
@@ -74,10 +80,13 @@ def chain(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("chain")
     store = work / "store"
     (work / "checks.yaml").write_text(CONFIG)
-    zero = night(0, 400, 1, longs={3, 50, 77})
-    one = night(400, 200, 2, longs={410}, copies=[zero[5]], near=[zero[20]])
+    zero = night(0, 400, 1, longs={3, 50, 77}, flips={30})
+    one = night(400, 200, 2, longs={410}, copies=[zero[5]], near=[zero[20]], flips={450})
     two = night(600, 200, 3, longs={650}, leaks={620, 700}, unsafe={640}, copies=[zero[9], one[30]], near=[one[40]],
-                shouted=[zero[12]], own_copies=[660], own_near=[680])
+                shouted=[zero[12]], own_copies=[660], own_near=[680], flips={610, 720})
+    flipped = {"r30", "r450", "r610", "r720"}
+    (work / VERDICTS).write_text("".join(json.dumps({"id": r["id"], "preferred": "rejected" if r["id"] in flipped
+                                                     else "chosen"}) + "\n" for r in zero + one + two))
     refs = []
     for k, rows in enumerate((zero, one, two)):
         path = work / f"night{k}.jsonl"
@@ -94,8 +103,8 @@ def chain(tmp_path_factory) -> dict:
 
 def report(chain: dict, *args: str, config: str = "checks.yaml") -> tuple[dict, subprocess.CompletedProcess]:
     out = chain["work"] / f"report-{len(list(chain['work'].glob('report-*')))}.json"
-    done = prefdata("check", chain["refs"][2], "--config", config, "--json", str(out), *args,
-                    store=chain["store"], cwd=chain["work"])
+    done = prefdata("check", chain["refs"][2], "--config", config, "--json", str(out), "--scorer",
+                    f"verdicts:{VERDICTS}", *args, store=chain["store"], cwd=chain["work"])
     assert done.returncode == 1, done.stdout + done.stderr  # the leaks and the unsafe prompt fail it
     return {c["id"]: c for c in json.loads(out.read_text())["checks"]}, done
 
@@ -119,6 +128,7 @@ def test_a_grown_version_checked_from_its_parents_results_equals_a_full_check(ch
     assert set(incremental["exact_duplicates"]["offending"]) == {"copy-r5", "copy-r9", "copy-r430", "shouted-r12",
                                                                  "copy-r660"}
     assert {"near-r20", "near-r440"} <= set(incremental["near_duplicates"]["offending"])
+    assert incremental["label_direction"]["offending"] == ["r30", "r450", "r610", "r720"]
 
 
 def test_the_stored_results_are_bound_by_the_signed_report(chain):
