@@ -269,8 +269,7 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
     file's values go to scratch files and the clusters to `derived`."""
     import os
 
-    from .dedup import KEEP_NEAR, _exact_keys, _lsh_split, near_duplicates_result
-    from .dedup import NEAR_FOUND
+    from .dedup import KEEP_NEAR, NEAR_FOUND, _exact_keys, _lsh_split, near_duplicates_result
     from .minhash import (VERIFY_BYTES, _find_near_duplicates, _near_meta, _scratch_dir, near_file,
                           read_near_clusters, read_near_file)
     from .shards import ShardTexts

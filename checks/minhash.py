@@ -862,6 +862,12 @@ def near_scratch(values: tuple[np.ndarray, ...], *, threshold: float, num_perm: 
     return path
 
 
+def _clusters_meta(meta: str) -> str:
+    """`meta` and the candidate rule: clusters found under another rule are not a start (`known` needs
+    the parent's candidates among its texts to be this run's)."""
+    return f"{meta} edges: head {MAX_ALL_PAIRS_BUCKET} all pairs, then a star"
+
+
 def near_clusters_file(meta: str, files: list[str], cluster: np.ndarray) -> bytes:
     """A run's clusters over a version's rows (NearDuplicates.cluster), for its grown children to start
     from (`_find_near_duplicates`'s `known`): each clustered row that is not its cluster's first, with
@@ -871,7 +877,7 @@ def near_clusters_file(meta: str, files: list[str], cluster: np.ndarray) -> byte
 
     rows = np.flatnonzero(cluster != np.arange(cluster.size))
     out = io.BytesIO()
-    np.savez(out, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
+    np.savez(out, meta=np.frombuffer(_clusters_meta(meta).encode(), dtype=np.uint8),
              files=np.frombuffer(json.dumps(files).encode(), dtype=np.uint8),
              n=np.array([cluster.size], dtype=np.int64), rows=rows.astype(np.int64),
              firsts=cluster[rows].astype(np.int64))
@@ -888,7 +894,7 @@ def read_near_clusters(data: bytes, meta: str, files: list[str],
 
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as stored:
-            if bytes(stored["meta"]).decode() != meta:
+            if bytes(stored["meta"]).decode() != _clusters_meta(meta):
                 return None
             theirs = json.loads(bytes(stored["files"]).decode())
             n, rows, firsts = int(stored["n"][0]), stored["rows"], stored["firsts"]
