@@ -181,7 +181,7 @@ EXACT_KEYS_USED = "dedup.exact_keys_used"
 # and under which check_near_duplicates leaves what it signed, (pairs, scratch file: checks/batched.py
 # `near_file`), likewise stored for a version of one data file (batched.py whole_file_near)
 NEAR_SIGNED = "dedup.near_signed"
-# set (True) by a run whose caller stores those values (publish): ~270 bytes a row, so a check that
+# set (True) by a run whose caller stores those values (publish): ~335 bytes a row, so a check that
 # stores nothing writes none
 KEEP_NEAR = "dedup.keep_near"
 # and under which it then leaves its clusters, (pairs, meta, NearDuplicates.cluster): what publish

@@ -38,7 +38,7 @@ class Validation:
     # exact_duplicates' keys per data file (checks/batched.py EXACT_KEYS_BY_FILE), stored likewise
     keys: dict[str, Any] = field(default_factory=dict)
     # near_duplicates' values per data file: file sha256 -> the scratch file this run left them in
-    # (checks/batched.py NEAR_BY_FILE; ~340 bytes a row, so on disk, not in memory), stored likewise
+    # (checks/batched.py NEAR_BY_FILE; ~335 bytes a row, so on disk, not in memory), stored likewise
     near: dict[str, str] = field(default_factory=dict)
     # and its clusters over the version's rows (checks/batched.py NEAR_CLUSTERS), where a child starts
     clusters: bytes | None = None
