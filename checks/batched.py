@@ -209,7 +209,8 @@ def _shard_by_shard(check_id: str) -> Callable[..., CheckResult]:
 
 
 # CheckInputs.derived: where this run left near_duplicates' values per data file (file sha256 -> a
-# scratch file, `near_file`), what `publish` stores with a validated version (`near_artifact`); and in
+# scratch file, `near_file`; or, for a file whose values were its parent's, that parent's stored file,
+# prefdata.gate.runner StoredGateFile), what `publish` stores with a validated version (`near_artifact`); and in
 # CheckInputs.reuse[file sha256] under the same name: a function giving the parent's stored file (its
 # bytes, hash checked; None when it no longer has its hash), read only when that file's rows are signed
 NEAR_BY_FILE = "batched.near_by_file"
@@ -243,7 +244,46 @@ def near_clusters(inputs: Any) -> bytes | None:
     found = inputs.derived.get(NEAR_FOUND)
     if found is None or not inputs.part_keys or found[0] is not inputs.pairs:
         return None
-    return near_clusters_file(found[1], list(inputs.part_keys), found[2])
+    return near_clusters_file(found[1], list(inputs.part_keys), found[2], found[3])
+
+
+# CheckInputs.reuse[EXACT_COPIES]: the bytes of the parent's stored exact copies (`exact_copies`, hash
+# checked), whose rows a grown version's exact_duplicates does not compare again: the gate file's name too
+EXACT_COPIES = "exact_copies.npz"
+
+
+def _copies_meta() -> str:
+    return f"exact_duplicates copies {_hasher()}"
+
+
+def exact_copies(inputs: Any) -> bytes | None:
+    """This run's exact_duplicates copies (each row's first copy, by prompt and by pair, compared on their
+    texts) as the gate file publish stores (EXACT_COPIES), over a stored version's rows; None otherwise."""
+    from .dedup import EXACT_FIRST
+    from .minhash import first_rows_file
+
+    found = inputs.derived.get(EXACT_FIRST)
+    if found is None or not inputs.part_keys or found[0] is not inputs.pairs:
+        return None
+    return first_rows_file(_copies_meta(), list(inputs.part_keys), prompt_=found[1], pair_=found[2])
+
+
+def _verified_copies(inputs: Any) -> tuple[Any, Any]:
+    """The parent's exact copies (prompt, pair) as `verified` for _first_occurrence_blocked and
+    first_copies: (None, None) when it stored none fit for this version's rows."""
+    from .minhash import read_first_rows
+
+    data, shards = (inputs.reuse or {}).get(EXACT_COPIES), inputs.shards
+    if data is None or not getattr(shards, "keys", None) or not all(shards.keys):
+        return None, None
+    try:
+        stored = read_first_rows(data, _copies_meta(), list(shards.keys), shards.offsets, "prompt_", "pair_")
+    except ValueError:
+        return None, None  # compared again: the verdict is the same, only slower
+    if stored is None:
+        return None, None
+    n, found = stored
+    return tuple((n, *found[p]) if found[p] is not None else None for p in ("prompt_", "pair_"))
 
 
 def whole_file_near(inputs: Any) -> dict[str, str]:
@@ -290,7 +330,7 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
             prompt_key[a:b], pair_key[a:b] = _exact_keys(parts)
 
     loaded: dict[int, Any] = {}  # the one file whose stored values are in memory: file index -> values
-    reused = 0
+    reused, reused_files = 0, set()
 
     def load(k: int) -> tuple[Any, Any] | None:
         """File k's stored values and, for scope pair, its stored exact keys (a reused block is not
@@ -319,6 +359,7 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
         if loaded[k] is None:
             return None
         (key, band_keys, sketch, screenable), exact = loaded[k]
+        reused_files.add(k)  # a file's blocks are all stored or none (`load` is per file)
         s, e = a - int(shards.offsets[k]), b - int(shards.offsets[k])
         if exact is not None:
             prompt_key[a:b], pair_key[a:b] = exact[0][s:e], exact[1][s:e]
@@ -334,7 +375,9 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
         folder = _scratch_dir()
         for k, sha in enumerate(keys):
             a, b = int(shards.offsets[k]), int(shards.offsets[k + 1])
-            if sha:
+            if sha and k in reused_files:  # the parent's file as it is: publish links it, nothing is written
+                by_file[sha] = reuse[sha][NEAR_BY_FILE]
+            elif sha:
                 by_file[sha] = os.path.join(folder, near_artifact(sha))
                 near_file(meta, key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b], by_file[sha])
 
@@ -352,7 +395,7 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
     if on_block is not None:
         inputs.derived[SHARD_KEYS] = (prompt_key, pair_key)
     if inputs.derived.get(KEEP_NEAR):
-        inputs.derived[NEAR_FOUND] = (inputs.pairs, meta, found.cluster)
+        inputs.derived[NEAR_FOUND] = (inputs.pairs, meta, found.cluster, found.exact)
     result = near_duplicates_result(inputs.pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
                                     scope=scope, max_share=max_share)
     if reused:
@@ -458,15 +501,19 @@ def whole_file_keys(inputs: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def exact_duplicates(inputs: Any, *, max_share: float, fail_on_repeated_prompts: bool) -> CheckResult:
-    from .dedup import _first_occurrence_blocked, _same_texts, _Texts, exact_duplicates_result
+    from .dedup import EXACT_FIRST, _first_occurrence_blocked, _same_texts, _Texts, exact_duplicates_result
     from .shards import ShardTexts
 
     pair_texts = ShardTexts(inputs.shards, ["prompt", *RESPONSES])
     prompt_key, pair_key, reused = shard_exact_keys(inputs, pair_texts)
+    # a grown version's parent compared its own rows' copies: only the new rows' are compared here
+    prompt_verified, pair_verified = _verified_copies(inputs)
     # the prompts are in the thin frame: their copies are found in memory, as the in-memory check does
     prompts = _Texts([inputs.pairs["prompt"]])
-    prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts((0, prompts.n)))
-    pair_first = pair_texts.first_copies(pair_key)  # reads only the rows whose keys repeat
+    prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts((0, prompts.n)),
+                                             prompt_verified)
+    pair_first = pair_texts.first_copies(pair_key, pair_verified)  # reads only the rows whose keys repeat
+    inputs.derived[EXACT_FIRST] = (inputs.pairs, prompt_first, pair_first)
     result = exact_duplicates_result(inputs.pairs["id"], prompt_first, pair_first, max_share=max_share,
                                      fail_on_repeated_prompts=fail_on_repeated_prompts)
     if reused:

@@ -87,6 +87,21 @@ def _first_by_key(key: np.ndarray) -> np.ndarray:
     return frame.select(pl.col("i").min().over("h")).to_series().to_numpy().astype(np.int64)
 
 
+def _verified_prefix(rep: np.ndarray, verified: tuple[int, np.ndarray, np.ndarray] | None) -> int:
+    """How many leading rows need no comparing of their texts with their first copies' (`rep`): n_old
+    when `verified` = (n_old, rows, firsts), an earlier run's first copies over rows 0..n_old-1 that it
+    compared on their texts (row rows[i]'s is firsts[i], every other row its own), gives the same
+    first copies as `rep` there; else 0 (a hash collision among them, or other rows: all compared)."""
+    if verified is None:
+        return 0
+    n_old, rows, firsts = verified
+    if n_old > rep.size:
+        return 0
+    theirs = np.arange(n_old, dtype=np.int64)
+    theirs[rows] = firsts
+    return n_old if np.array_equal(rep[:n_old], theirs) else 0
+
+
 def _first_by_text(columns: Sequence[pl.Series]) -> np.ndarray:
     """For each row, the index of the first row whose texts are identical in every column."""
     frame = pl.DataFrame({f"t{i}": c for i, c in enumerate(columns)}).with_row_index("i")
@@ -184,9 +199,13 @@ NEAR_SIGNED = "dedup.near_signed"
 # set (True) by a run whose caller stores those values (publish): ~335 bytes a row, so a check that
 # stores nothing writes none
 KEEP_NEAR = "dedup.keep_near"
-# and under which it then leaves its clusters, (pairs, meta, NearDuplicates.cluster): what publish
-# stores for a version's grown children to start from (checks/batched.py near_clusters)
+# and under which it then leaves its clusters and exact copies, (pairs, meta, NearDuplicates.cluster,
+# NearDuplicates.exact): what publish stores for a version's grown children to start from
+# (checks/batched.py near_clusters)
 NEAR_FOUND = "dedup.near_found"
+# and under which check_exact_duplicates leaves the copies it found, compared on their texts, (pairs,
+# prompt_first, pair_first): stored likewise, so that a child compares only its new rows' (batched.exact_copies)
+EXACT_FIRST = "dedup.exact_first"
 
 
 def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
@@ -195,13 +214,16 @@ def _exact_keys(parts: Sequence[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _first_occurrence_blocked(key: np.ndarray, same: Callable[[np.ndarray, np.ndarray], bool],
-                              everything: Callable[[], list[pl.Series]]) -> np.ndarray:
+                              everything: Callable[[], list[pl.Series]],
+                              verified: tuple[int, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """For each row, the index of the first row whose texts are identical: rows are grouped on their
     precomputed keys (`_hash_key`), then `same(rows, reps)` compares the texts of the rows that share
     a key with an earlier row against that row (in batches of COMPARE_ROWS); on a hash collision,
-    `everything()` gives all the texts and rows are grouped on them directly."""
+    `everything()` gives all the texts and rows are grouped on them directly. `verified`: an earlier
+    run's first copies over the leading rows, compared then (`_verified_prefix`): not compared again."""
     rep = _first_by_key(key)
     rows = np.flatnonzero(rep != np.arange(rep.size))
+    rows = rows[rows >= _verified_prefix(rep, verified)]
     for s0 in range(0, rows.size, COMPARE_ROWS):
         batch = rows[s0 : s0 + COMPARE_ROWS]
         if not same(batch, rep[batch]):
@@ -271,6 +293,8 @@ def check_exact_duplicates(
     prompts = _Texts(texts.columns[:1])
     prompt_first = _first_occurrence_blocked(prompt_key, _same_texts(prompts), lambda: prompts.parts(everything))
     pair_first = _first_occurrence_blocked(pair_key, _same_texts(texts), lambda: texts.parts(everything))
+    if derived is not None:
+        derived[EXACT_FIRST] = (pairs, prompt_first, pair_first)
     return exact_duplicates_result(pairs["id"], prompt_first, pair_first, max_share=max_share,
                                    fail_on_repeated_prompts=fail_on_repeated_prompts)
 
@@ -403,7 +427,8 @@ def check_near_duplicates(
         from .minhash import _near_meta
 
         derived[NEAR_FOUND] = (pairs, _near_meta(threshold=threshold, num_perm=num_perm, ngram=ngram, scope=scope,
-                                                 seed=seed, bands=bands_rows[0], rows=bands_rows[1]), found.cluster)
+                                                 seed=seed, bands=bands_rows[0], rows=bands_rows[1]), found.cluster,
+                             found.exact)
     return near_duplicates_result(pairs["id"], found, threshold=threshold, num_perm=num_perm, ngram=ngram,
                                   scope=scope, max_share=max_share)
 

@@ -654,12 +654,13 @@ def _find_near_duplicates(
     is a block's values as `_sign_blocks` made them in an earlier run (its texts are then not read),
     and `on_signed` sees every row's values once signed (to store them for a later run).
 
-    `known` = (n_old, rows, firsts): the clusters an earlier run found over rows 0..n_old-1, the same
+    `known` = (n_old, rows, firsts[, copies]): the clusters an earlier run found over rows 0..n_old-1, the same
     rows under the same parameters (a grown version's parent: row i of those in `rows` is in the
     cluster whose first row is firsts[i]). Only edges reaching a text first seen after them are then
     made, screened and verified; the clusters are those of a run over all rows, as edges among the
     earlier rows' texts are the earlier run's (`_band_edges` is prefix-stable) and verification is
-    per pair. The counts in the result are then this run's work."""
+    per pair. The counts in the result are then this run's work. `copies` = (n_old, rows, firsts): that
+    run's exact copies among those rows, compared on their texts then (`texts.first_copies`' `verified`)."""
     bands, rows = bands_rows
     n = texts.n
     if n == 0:
@@ -674,7 +675,10 @@ def _find_near_duplicates(
             on_signed(key, band_keys, sketch, screenable)
         # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
         # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
-        exact = texts.first_copies(key)
+        # rows whose copies an earlier run verified on their texts (a grown version's parent's) are not
+        # compared again; only ShardTexts (a grown version's rows) takes them
+        verified = known[3] if known is not None and len(known) > 3 else None
+        exact = texts.first_copies(key, verified) if verified is not None else texts.first_copies(key)
         del key
         first_rows = np.nonzero(exact == np.arange(n))[0]
         u_of_row = np.searchsorted(first_rows, exact)
@@ -868,43 +872,72 @@ def _clusters_meta(meta: str) -> str:
     return f"{meta} edges: head {MAX_ALL_PAIRS_BUCKET} all pairs, then a star"
 
 
-def near_clusters_file(meta: str, files: list[str], cluster: np.ndarray) -> bytes:
-    """A run's clusters over a version's rows (NearDuplicates.cluster), for its grown children to start
-    from (`_find_near_duplicates`'s `known`): each clustered row that is not its cluster's first, with
-    that first row; with `meta` and the version's data files in row order (what the rows are)."""
+def first_rows_file(meta: str, files: list[str], **groupings: np.ndarray | None) -> bytes:
+    """Groupings of a version's rows, each as every row's first row in its group (NearDuplicates.cluster,
+    or .exact: its copies), for its grown children to start from: per grouping PREFIX, the rows that are
+    not their group's first (PREFIXrows) with that first row (PREFIXfirsts); with `meta` and the
+    version's data files in row order (what the rows are)."""
     import io
     import json
 
-    rows = np.flatnonzero(cluster != np.arange(cluster.size))
+    arrays: dict[str, np.ndarray] = {}
+    for prefix, first in groupings.items():
+        if first is not None:
+            rows = np.flatnonzero(first != np.arange(first.size))
+            arrays[f"{prefix}rows"], arrays[f"{prefix}firsts"] = rows.astype(np.int64), first[rows].astype(np.int64)
+            arrays["n"] = np.array([first.size], dtype=np.int64)
     out = io.BytesIO()
-    np.savez(out, meta=np.frombuffer(_clusters_meta(meta).encode(), dtype=np.uint8),
-             files=np.frombuffer(json.dumps(files).encode(), dtype=np.uint8),
-             n=np.array([cluster.size], dtype=np.int64), rows=rows.astype(np.int64),
-             firsts=cluster[rows].astype(np.int64))
+    np.savez(out, meta=np.frombuffer(meta.encode(), dtype=np.uint8),
+             files=np.frombuffer(json.dumps(files).encode(), dtype=np.uint8), **arrays)
     return out.getvalue()
 
 
-def read_near_clusters(data: bytes, meta: str, files: list[str],
-                       offsets: np.ndarray) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """`near_clusters_file`'s clusters as `known` for a version whose data files (`files`, row `offsets`)
-    begin with the stored version's, under the same `meta`; None otherwise (ValueError: not such a file)."""
+def read_first_rows(data: bytes, meta: str, files: list[str], offsets: np.ndarray,
+                    *prefixes: str) -> tuple[int, dict[str, tuple[np.ndarray, np.ndarray] | None]] | None:
+    """`first_rows_file`'s groupings (rows, firsts) by prefix (None: not in the file) for a version whose
+    data files (`files`, row `offsets`) begin with the stored version's, under the same `meta`, with
+    the stored version's row count; None otherwise (ValueError: not such a file)."""
     import io
     import json
     import zipfile
 
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as stored:
-            if bytes(stored["meta"]).decode() != _clusters_meta(meta):
+            if bytes(stored["meta"]).decode() != meta:
                 return None
             theirs = json.loads(bytes(stored["files"]).decode())
-            n, rows, firsts = int(stored["n"][0]), stored["rows"], stored["firsts"]
+            n = int(stored["n"][0])
+            found = {p: (stored[f"{p}rows"], stored[f"{p}firsts"]) if f"{p}rows" in stored.files else None
+                     for p in prefixes}
     except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a file of near_duplicates clusters ({exc})") from None
+        raise ValueError(f"not a file of row groupings ({exc})") from None
     k = len(theirs)
     if not theirs or files[:k] != theirs or k >= len(files) or int(offsets[k]) != n:
         return None
-    if rows.shape != firsts.shape or (rows.size and (rows.min() < 0 or rows.max() >= n or firsts.min() < 0
-                                                     or (firsts >= rows).any())):
-        raise ValueError("near_duplicates clusters out of their rows' range")
-    return n, rows, firsts
+    for rows, firsts in filter(None, found.values()):
+        if rows.shape != firsts.shape or (rows.size and (rows.min() < 0 or rows.max() >= n or firsts.min() < 0
+                                                         or (firsts >= rows).any())):
+            raise ValueError("row groupings out of their rows' range")
+    return n, found
+
+
+def near_clusters_file(meta: str, files: list[str], cluster: np.ndarray, exact: np.ndarray | None = None) -> bytes:
+    """A run's clusters over a version's rows (NearDuplicates.cluster), for its grown children to start
+    from (`_find_near_duplicates`'s `known`), and its exact copies (.exact: verified on their texts,
+    which a child then compares no more)."""
+    return first_rows_file(_clusters_meta(meta), files, **{"": cluster, "copy_": exact})
+
+
+def read_near_clusters(data: bytes, meta: str, files: list[str], offsets: np.ndarray) -> tuple | None:
+    """`near_clusters_file`'s clusters as `known` = (n, rows, firsts, verified copies (n, rows, firsts)
+    or None) for a version whose data files begin with the stored version's, under the same `meta`; None
+    otherwise (ValueError: not such a file)."""
+    stored = read_first_rows(data, _clusters_meta(meta), files, offsets, "", "copy_")
+    if stored is None:
+        return None
+    n, found = stored
+    if found[""] is None:
+        raise ValueError("not a file of near_duplicates clusters (no clusters in it)")
+    copies = found["copy_"]
+    return n, *found[""], (n, *copies) if copies is not None else None
 

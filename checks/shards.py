@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .dedup import COMPARE_ROWS, _first_by_key, _first_by_text, _Texts
+from .dedup import COMPARE_ROWS, _first_by_key, _first_by_text, _Texts, _verified_prefix
 
 BLOCK_ROWS = 1 << 14  # rows a duplicate engine prepares at a time: ~20 MB of realistic pair text
 
@@ -122,13 +122,16 @@ class ShardTexts:
     join = staticmethod(_Texts.join)
     hash = staticmethod(_Texts.hash)
 
-    def first_copies(self, key: np.ndarray) -> np.ndarray:
+    def first_copies(self, key: np.ndarray, verified: tuple[int, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """For each row, the first row whose prepared texts are identical: rows grouped on their
         64-bit hash `key`, then every row that shares a key with an earlier one compared with it on
         its texts (fetched once); on a hash collision, the rows whose key repeats are grouped on
-        their texts instead (the others have no copy)."""
+        their texts instead (the others have no copy). `verified` = (n_old, rows, firsts): an earlier
+        run's first copies over rows 0..n_old-1 (a grown version's parent's, compared on their texts
+        then): where the keys give the same, those rows are not compared again."""
         rep = _first_by_key(key)
         rows = np.flatnonzero(rep != np.arange(rep.size))
+        rows = rows[rows >= _verified_prefix(rep, verified)]
         self.prefetch(np.concatenate([rows, rep[rows]]))
         same = all(bool((self.text(rows[s:s + COMPARE_ROWS]) == self.text(rep[rows[s:s + COMPARE_ROWS]])).all())
                    for s in range(0, rows.size, COMPARE_ROWS))

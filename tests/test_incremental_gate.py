@@ -157,6 +157,19 @@ def test_the_stored_results_are_bound_by_the_signed_report(chain):
             assert json.loads(bytes(clusters["files"]).decode()) == \
                 [v.manifest["files"][rel]["sha256"] for rel in st.table_files(v, "default")]
             assert clusters["rows"].size >= (ref == chain["refs"][1])  # night 1: near-r20, a near copy of r20
+        # and the exact copies both duplicate checks compared on their texts: a child compares only its own
+        assert {"exact_copies.npz", NEAR_CLUSTERS} <= set(artifacts)
+        with np.load(io.BytesIO(st.read_gate_file(v, "exact_copies.npz", artifacts["exact_copies.npz"]))) as copies:
+            assert copies["pair_rows"].size == (ref == chain["refs"][1])  # night 1: copy-r5
+            assert {"prompt_rows", "pair_firsts", "prompt_firsts"} <= set(copies.files)
+        with np.load(io.BytesIO(st.read_gate_file(v, NEAR_CLUSTERS, artifacts[NEAR_CLUSTERS]))) as clusters:
+            assert clusters["copy_rows"].size == (ref == chain["refs"][1])
+    # night 1's values for night 0's file are night 0's stored file, linked, not written again
+    zero, one = (st.get(ref) for ref in chain["refs"][:2])
+    shared = near_artifact(next(sha for sha in map(near_sha, zero.manifest["check_report"]["artifacts"]) if sha))
+    gate = chain["store"] / "nightly" / ".gate"
+    assert (gate / one.version / shared).samefile(gate / zero.version / shared)
+    assert one.manifest["check_report"]["artifacts"][shared] == zero.manifest["check_report"]["artifacts"][shared]
 
 
 def test_stored_keys_of_another_hasher_are_not_taken():
@@ -391,3 +404,40 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     grown = run(early + later, known=(len(early), rows, parent.cluster[rows]))
     assert np.array_equal(grown.cluster, full.cluster)
     assert grown.flagged[len(early):].sum() >= 15 and grown.n_verified_pairs < full.n_verified_pairs
+
+
+def test_copies_the_parent_compared_are_not_compared_again_unless_the_keys_disagree(tmp_path):
+    """ShardTexts.first_copies over a parent's file and a new one: given the parent's first copies
+    (compared on their texts when it was validated), only rows of the new file and the rows they copy are
+    read again; the same copies come out. Where the keys give other first copies among the parent's rows
+    (a hash collision, or copies not of these rows), every repeated row is compared, as with none."""
+    import polars as pl
+
+    from prefdata.checks.dedup import _hash_key
+    from prefdata.checks.shards import Shards, ShardTexts
+
+    rnd = random.Random(7)
+    texts = [" ".join(rnd.choice(WORDS) for _ in range(12)) for _ in range(40)]
+    parent = texts[:30] + [texts[3], texts[7], texts[7]]  # rows 30-32: copies within the parent
+    new = texts[30:] + [texts[5], parent[31], texts[33]]  # copies of parent rows, and of a new row
+    paths = []
+    for k, rows in enumerate((parent, new)):
+        paths.append(str(tmp_path / f"part-{k}.parquet"))
+        pl.DataFrame({"prompt": rows, "chosen": ["c"] * len(rows), "rejected": ["r"] * len(rows)}).write_parquet(paths[-1])
+    shards = Shards(paths)
+    columns = ["prompt", "chosen", "rejected"]
+
+    def key_of(texts: ShardTexts) -> np.ndarray:
+        return np.concatenate([_hash_key(texts.parts(block)) for block in texts.blocks()])
+
+    plain = ShardTexts(shards, columns)
+    first = plain.first_copies(key_of(plain))
+    n_old = len(parent)
+    assert set(np.flatnonzero(first != np.arange(first.size))) == {30, 31, 32, 43, 44, 45}
+    own = np.flatnonzero(first[:n_old] != np.arange(n_old))
+    grown = ShardTexts(shards, columns)
+    assert np.array_equal(grown.first_copies(key_of(grown), (n_old, own, first[own])), first)
+    assert set(grown._fetched_rows) == {43, 44, 45, 5, 7, 36}  # the new rows' copies and the rows first with their texts
+    wrong = ShardTexts(shards, columns)  # the parent's say row 31 copies row 3: not what its keys give
+    assert np.array_equal(wrong.first_copies(key_of(wrong), (n_old, own, np.where(own == 31, 3, first[own]))), first)
+    assert {30, 31, 32} <= set(wrong._fetched_rows)

@@ -48,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -974,6 +974,25 @@ class Store:
                 with self.fs.open(f"{folder}/{rel}", "wb") as handle:
                     handle.write(data)
         return hashlib.sha256(data).hexdigest()
+
+    def link_gate_file(self, v: Version, rel: str, source: Version, source_rel: str, sha256: str) -> str:
+        """Store as `v`'s artifact `rel` the artifact `source_rel` of `source` (its parent), whose signed
+        report gives it the hash `sha256`: a hard link where the store is local (gate files are replaced,
+        never written in place, so the two never diverge), else a copy. Its sha256, for the report: should
+        the source have changed meanwhile, the link fails its hash when read, and is never used."""
+        if self.local:
+            folder = self._gate_dir(v)
+            with self._writing():
+                os.makedirs(folder, exist_ok=True)
+                tmp = f"{folder}/.tmp-link-{os.getpid()}-{rel}"
+                try:
+                    os.link(f"{self._gate_dir(source)}/{source_rel}", tmp)
+                    os.replace(tmp, f"{folder}/{rel}")
+                    return sha256
+                except OSError:  # another file system, or links not allowed: a copy
+                    with suppress(FileNotFoundError):
+                        os.unlink(tmp)
+        return self.write_gate_file(v, rel, self.read_gate_file(source, source_rel, sha256))
 
     def read_gate_file(self, v: Version, rel: str, sha256: str, max_bytes: int = 1 << 30) -> bytes:
         """One artifact of `v`, whole, when it has the hash `sha256` (its signed report's); else

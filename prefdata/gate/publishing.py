@@ -38,10 +38,14 @@ class Validation:
     # exact_duplicates' keys per data file (checks/batched.py EXACT_KEYS_BY_FILE), stored likewise
     keys: dict[str, Any] = field(default_factory=dict)
     # near_duplicates' values per data file: file sha256 -> the scratch file this run left them in
-    # (checks/batched.py NEAR_BY_FILE; ~335 bytes a row, so on disk, not in memory), stored likewise
-    near: dict[str, str] = field(default_factory=dict)
+    # (checks/batched.py NEAR_BY_FILE; ~335 bytes a row, so on disk, not in memory), stored likewise;
+    # or the parent's stored file (runner.StoredGateFile) where they were its values: linked, not copied
+    near: dict[str, Any] = field(default_factory=dict)
     # and its clusters over the version's rows (checks/batched.py NEAR_CLUSTERS), where a child starts
     clusters: bytes | None = None
+    # exact_duplicates' copies, compared on their texts (checks/batched.py EXACT_COPIES): a child compares
+    # only its new rows'
+    copies: bytes | None = None
 
     @property
     def passed(self) -> bool:
@@ -129,14 +133,15 @@ def validate_version(
               "strict": strict or bool(checklist.get("strict")), "input": info}
     if dask is not None:
         report["engine"] = f"dask {dask}"
-    from prefdata.checks.batched import (EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, near_clusters, whole_file_keys,
-                                         whole_file_near)
+    from prefdata.checks.batched import (EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, exact_copies, near_clusters,
+                                         whole_file_keys, whole_file_near)
     from prefdata.checks.checklist import whole_file_parts
 
     whole_file_parts(inputs, outcome.results, checklist)
     return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {},
                       inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs),
-                      inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs), near_clusters(inputs))
+                      inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs), near_clusters(inputs),
+                      exact_copies(inputs))
 
 
 @contextmanager
@@ -182,7 +187,7 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
                              f"rejected. Ways out: {ways_out(v.ref, validation.failing)}")
         report = validation.report
         # for the versions grown from this one: each artifact bound by its hash in the signed report
-        from prefdata.gate.runner import EXACT_KEYS_ARTIFACT, ROW_LOCAL_ARTIFACT
+        from prefdata.gate.runner import EXACT_KEYS_ARTIFACT, ROW_LOCAL_ARTIFACT, StoredGateFile
 
         artifacts = {}
         if validation.parts:
@@ -195,13 +200,20 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
         if validation.near:
             from prefdata.checks.batched import near_artifact
 
-            for sha, scratch in sorted(validation.near.items()):  # one file a data file: a child reads one at a time
+            for sha, made in sorted(validation.near.items()):  # one file a data file: a child reads one at a time
                 name = near_artifact(sha)
-                artifacts[name] = store.write_gate_file(v, name, Path(scratch).read_bytes())
+                if isinstance(made, StoredGateFile):  # the parent's values for a file both hold: linked
+                    artifacts[name] = store.link_gate_file(v, name, made.version, made.name, made.digest)
+                else:
+                    artifacts[name] = store.write_gate_file(v, name, Path(made).read_bytes())
         if validation.clusters is not None:
             from prefdata.checks.batched import NEAR_CLUSTERS
 
             artifacts[NEAR_CLUSTERS] = store.write_gate_file(v, NEAR_CLUSTERS, validation.clusters)
+        if validation.copies is not None:
+            from prefdata.checks.batched import EXACT_COPIES
+
+            artifacts[EXACT_COPIES] = store.write_gate_file(v, EXACT_COPIES, validation.copies)
         if artifacts:
             report = {**report, "artifacts": artifacts}
         store.set_status(v.ref, "validated", report=report, checked=v)

@@ -301,15 +301,16 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
     """What a version's parent stored when it was validated, per data file (file sha256 -> check id
     -> {params, rows, result}; -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys; -> NEAR_BY_FILE -> a
     function reading near_duplicates' values, checked here and read when the check signs that file's
-    rows, as they are large; and under NEAR_CLUSTERS, not a file: near_duplicates' clusters over all
-    the parent's rows), and a line for
+    rows, as they are large; and under NEAR_CLUSTERS and EXACT_COPIES, not files: near_duplicates'
+    clusters and exact_duplicates' copies over all the parent's rows), and a line for
     the report when it had some that cannot be used. Only a validated parent whose signature holds,
     and stored files that have the hashes its signed report gives: anything else (one file failing
     is enough) is computed again (the verdict is the same, only slower)."""
     parent_ref = (lineage or {}).get("parent")
     if not parent_ref:
         return None, None
-    from prefdata.checks.batched import EXACT_KEYS_BY_FILE, NEAR_BY_FILE, NEAR_CLUSTERS, near_sha, read_keys_file
+    from prefdata.checks.batched import (EXACT_COPIES, EXACT_KEYS_BY_FILE, NEAR_BY_FILE, NEAR_CLUSTERS, near_sha,
+                                         read_keys_file)
     from prefdata.data.store import DamagedFile, Store
 
     st = Store(store)
@@ -338,26 +339,32 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
                 # its hash checked now, so that a damaged one is this one line and a full check, as for the
                 # others; read again (checked again) when the check signs that file's rows
                 st.read_gate_file(parent, name, digest)
-                reuse.setdefault(sha, {})[NEAR_BY_FILE] = _gate_file_reader(st, parent, name, digest)
+                reuse.setdefault(sha, {})[NEAR_BY_FILE] = StoredGateFile(st, parent, name, digest)
         if NEAR_CLUSTERS in artifacts:  # its clusters: where the child's near_duplicates starts
             reuse[NEAR_CLUSTERS] = st.read_gate_file(parent, NEAR_CLUSTERS, artifacts[NEAR_CLUSTERS])
+        if EXACT_COPIES in artifacts:  # its exact copies, compared: the child compares only its new rows'
+            reuse[EXACT_COPIES] = st.read_gate_file(parent, EXACT_COPIES, artifacts[EXACT_COPIES])
     except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
         return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
     return reuse or None, None
 
 
-def _gate_file_reader(st, parent, name: str, digest: str):
-    """A function giving one of `parent`'s gate files when it still has its hash, else None (the check
-    then computes what it held again: the verdict is the same, only slower)."""
-    from prefdata.data.store import DamagedFile
+class StoredGateFile:
+    """One of a validated parent's gate files, read when wanted: calling it gives its bytes when it still
+    has its hash, else None (the check then computes what it held again: the verdict is the same, only
+    slower). A child whose values for a shared file are these, unchanged, is published with a link to
+    this file (`Store.link_gate_file`) rather than a copy written again."""
 
-    def read() -> bytes | None:
+    def __init__(self, st, parent, name: str, digest: str):
+        self.store, self.version, self.name, self.digest = st, parent, name, digest
+
+    def __call__(self) -> bytes | None:
+        from prefdata.data.store import DamagedFile
+
         try:
-            return st.read_gate_file(parent, name, digest)
+            return self.store.read_gate_file(self.version, self.name, self.digest)
         except (DamagedFile, UnusableInput):
             return None
-
-    return read
 
 
 def _thin(shards, shape=None):
