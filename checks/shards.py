@@ -41,11 +41,16 @@ class Shards:
         self.offsets = np.concatenate([[0], np.cumsum(self.rows, dtype=np.int64)]).astype(np.int64)
         self.n = int(self.offsets[-1])
 
-    def read(self, k: int, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    def read(self, k: int, columns: Sequence[str] | None = None, n_rows: int | None = None) -> pl.DataFrame:
+        columns = list(columns) if columns is not None else None
         if self.fs is None:
-            return pl.read_parquet(self.paths[k], columns=list(columns) if columns is not None else None)
+            return pl.read_parquet(self.paths[k], columns=columns, n_rows=n_rows)
         with self.fs.open(self.paths[k], "rb") as handle:
-            return pl.read_parquet(handle.read(), columns=list(columns) if columns is not None else None)
+            return pl.read_parquet(handle.read(), columns=columns, n_rows=n_rows)
+
+    def head(self, n: int) -> pl.DataFrame:
+        """The first `n` rows of the first shard (all of it when it has fewer)."""
+        return self.read(0, n_rows=n)
 
     def frames(self, columns: Sequence[str] | None = None) -> Iterator[tuple[int, pl.DataFrame]]:
         """(first row, frame) of each shard in order."""

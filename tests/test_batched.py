@@ -9,7 +9,7 @@ import pytest
 
 from bench.realistic import make_realistic_pairs
 from bench.tiny_models import build_char_tokenizer
-from prefdata.checks.batched import per_shard
+from prefdata.checks.batched import per_shard, stand_ins
 from prefdata.checks.checklist import default_config, run_checklist
 from prefdata.gate.runner import load_inputs
 from prefdata.data.importer import import_file, import_file_to_store, import_to_store
@@ -94,6 +94,14 @@ def test_a_big_file_is_checked_in_shards_with_the_same_results(pairs_file, monke
         if r.id in per_shard():
             assert len(offending_shards(inputs, r)) > 1, r.id
     assert_same_results(batched, whole)
+    # without a tokenizer template_fit skips as it does in memory, having read one row, not every shard
+    from prefdata.checks.template_fit import check_template_fit
+
+    reads, read = [], inputs.shards.read
+    monkeypatch.setattr(inputs.shards, "read", lambda k, columns=None, n_rows=None: reads.append(n_rows) or read(k, columns, n_rows))
+    inputs.tokenizer = None
+    skipped = stand_ins()["template_fit"](inputs)
+    assert (skipped.status, skipped.message) == ("skip", check_template_fit(whole_inputs.pairs).message) and reads == [1]
 
 
 def test_a_sharded_version_is_checked_in_shards(pairs_file, tmp_path):
