@@ -70,13 +70,67 @@ def thin_sft(frame: pl.DataFrame) -> pl.DataFrame:
                         completion_hash=pl.col("completion").cast(pl.String).hash())
 
 
-def thin_frame(shards: Any, shape: Callable[[pl.DataFrame], pl.DataFrame] = thin) -> pl.DataFrame:
-    """Every shard, thinned, stacked in order."""
+def thin_frame(shards: Any, shape: Callable[[pl.DataFrame], pl.DataFrame] = thin,
+               stored: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
+    """Every shard, thinned, stacked in order. `stored`: what `thin` made from the responses of some
+    files (file sha256 -> THIN_COLUMNS, a grown version's parent's, `read_thin_file`): those files'
+    responses are not read, only their other columns."""
     thinned = []
-    for _, frame in shards.frames():
+    keys = shards.keys if stored and getattr(shards, "keys", None) else [None] * len(shards.paths)
+    for k, key in enumerate(keys):
+        made = stored.get(key) if key else None
+        if made is not None and shape is thin and made.height == shards.rows[k]:
+            thinned.append(pl.concat([shards.read(k, [c for c in shards.columns(k) if c not in RESPONSES]), made],
+                                     how="horizontal"))
+            continue
+        frame = shards.read(k)
         thinned.append(shape(frame))
         del frame  # before the next shard is read
     return pl.concat(thinned, how="diagonal_relaxed")
+
+
+# What `thin` makes from the responses, per data file of a version checked in shards: stored with a
+# validated version (THIN_ARTIFACT, `thin_file`) so that a grown child reads only the other columns of
+# its parent's files (`thin_frame`'s `stored`)
+THIN_COLUMNS = ("chosen_chars", "rejected_chars", "chosen_hash")
+THIN_ARTIFACT = "thin.parquet"
+
+
+def thin_file(inputs: Any) -> bytes | None:
+    """This run's THIN_COLUMNS of a stored version checked in shards, per data file in row order, as one
+    Parquet file (a `file` column, the hasher in its metadata); None for another run."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    shards = inputs.shards
+    if shards is None or not getattr(shards, "keys", None) or not all(shards.keys) or inputs.part_keys is None:
+        return None
+    columns = [c for c in THIN_COLUMNS if c in inputs.pairs.columns]
+    files = pl.Series("file", shards.keys).gather(np.repeat(np.arange(len(shards.keys)), shards.rows))
+    out = io.BytesIO()
+    table = inputs.pairs.select(columns).with_columns(files).to_arrow()
+    pq.write_table(table.replace_schema_metadata({"prefdata.hasher": _hasher()}), out)
+    return out.getvalue()
+
+
+def read_thin_file(data: bytes) -> dict[str, pl.DataFrame]:
+    """`thin_file`'s columns per data file; none when another hasher made them (its chosen_hash would
+    differ), or when it is not such a file."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except pa.ArrowException:
+        return {}
+    if (table.schema.metadata or {}).get(b"prefdata.hasher") != _hasher().encode() or "file" not in table.column_names \
+            or not set(table.column_names) - {"file"} <= set(THIN_COLUMNS):
+        return {}
+    frame = pl.from_arrow(table)
+    return {str(f): part.drop("file") for (f,), part in frame.group_by("file", maintain_order=True)}
 
 
 # -- row-local checks, shard by shard ---------------------------------------------------------------

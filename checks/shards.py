@@ -48,6 +48,15 @@ class Shards:
         with self.fs.open(self.paths[k], "rb") as handle:
             return pl.read_parquet(handle.read(), columns=columns, n_rows=n_rows)
 
+    def columns(self, k: int) -> list[str]:
+        """Shard k's column names, from its schema (nothing else read)."""
+        import pyarrow.parquet as pq
+
+        if self.fs is None:
+            return pq.read_schema(self.paths[k]).names
+        with self.fs.open(self.paths[k], "rb") as handle:
+            return pq.ParquetFile(handle).schema_arrow.names
+
     def head(self, n: int) -> pl.DataFrame:
         """The first `n` rows of the first shard (all of it when it has fewer)."""
         return self.read(0, n_rows=n)

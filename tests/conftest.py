@@ -33,8 +33,8 @@ def shared_data() -> Path:
 # file (pytest-xdist --dist loadfile), handing files out in collection order: one of these handed out
 # last would run alone at the end. They go first; the shuffled order (pytest-random-order) holds
 # for every other file and inside each file.
-LONG_FILES = ("test_trainers.py", "test_argilla.py", "test_demo.py", "test_flows.py", "test_signals.py",
-              "test_schedule.py", "test_checklist.py")
+LONG_FILES = ("test_allowlist.py", "test_argilla.py", "test_trainers.py", "test_production.py", "test_flows.py",
+              "test_demo.py", "test_checklist.py", "test_signals.py")
 
 
 @pytest.hookimpl(trylast=True)

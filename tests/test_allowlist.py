@@ -260,3 +260,21 @@ def test_a_collect_run_cannot_name_code_a_key_or_a_server(served):
     out = run("collect/nightly", policy={"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "HOME"})
     assert out.stdout.startswith("FAILED") and "policy.api_key_env 'HOME'" in out.stdout, out.stdout + out.stderr
     assert not (folder / "PWNED").exists()
+
+
+def test_a_second_process_triggers_a_served_deployment(served):
+    """Scheduling end to end, as README tells it: `prefdata serve` in one process, `prefdata run` in
+    another triggers a served deployment now, and the serving process executes it. Neither sets
+    PREFECT_HOME: prefdata's default (.prefdata/prefect in the working folder) is what lets them meet.
+    (Here, beside the runs above: one served deployment, one Prefect server, for both.)"""
+    folder, ref, run, cli, output = served
+    triggered = cli("run", "validate/on-demand", "--param", f"dataset={ref}", "--wait", "--timeout", "240")
+    # 12 pairs and no card fail the default checklist: the gate's run ends Failed, and the shell that
+    # started it is told why (it used to end Completed, exit 0, the reason only in the serving shell)
+    assert triggered.returncode == 1, triggered.stdout + triggered.stderr + "".join(output)
+    assert "validate/on-demand: flow run" in triggered.stdout and "Running" in triggered.stdout
+    assert "Failed" in triggered.stdout and "the checklist failed (" in triggered.stderr
+    assert "min_size" in triggered.stderr and "(checklist: default)" in triggered.stderr
+    mistyped = cli("run", "validate/on-demand", "--param", f"datset={ref}")
+    assert mistyped.returncode == 2 and "no parameter 'datset': did you mean 'dataset'?" in mistyped.stderr
+    assert (folder / ".prefdata" / "prefect").is_dir()  # the one home both processes used

@@ -441,3 +441,24 @@ def test_copies_the_parent_compared_are_not_compared_again_unless_the_keys_disag
     wrong = ShardTexts(shards, columns)  # the parent's say row 31 copies row 3: not what its keys give
     assert np.array_equal(wrong.first_copies(key_of(wrong), (n_old, own, np.where(own == 31, 3, first[own]))), first)
     assert {30, 31, 32} <= set(wrong._fetched_rows)
+
+
+def test_a_grown_versions_thin_frame_reads_no_response_of_its_parents_files(chain, monkeypatch):
+    """The lengths and hashes thinning makes of the responses (what length_ratio, the GX suite and
+    sft_subset read) come from the parent's stored thin.parquet for its files: the same frame as a full
+    load, without reading those files' responses."""
+    from prefdata.checks.shards import Shards
+    from prefdata.gate.runner import load_inputs
+
+    st = Store(str(chain["store"]))
+    assert "thin.parquet" in st.get(chain["refs"][1]).manifest["check_report"]["artifacts"]  # published in shards
+    reads, read = [], Shards.read
+    monkeypatch.setattr(Shards, "read", lambda self, k, columns=None, n_rows=None:
+                        reads.append((self.keys[k], columns)) or read(self, k, columns, n_rows))
+    grown, _ = load_inputs(chain["refs"][2], store=str(chain["store"]), stored=True)
+    files = grown.shards.keys  # the pairs' data files, the parent's two first (the SFT files are read whole)
+    assert [f for f, columns in reads if f in files and columns is None] == files[2:]  # the new night's alone
+    assert all("chosen" not in columns and "rejected" not in columns for f, columns in reads if f in files[:2])
+    full, _ = load_inputs(chain["refs"][2], store=str(chain["store"]), stored=True, full=True)
+    assert grown.shards is not None and grown.pairs.equals(full.pairs)
+    assert {"chosen_chars", "rejected_chars", "chosen_hash"} <= set(grown.pairs.columns)

@@ -46,6 +46,9 @@ class Validation:
     # exact_duplicates' copies, compared on their texts (checks/batched.py EXACT_COPIES): a child compares
     # only its new rows'
     copies: bytes | None = None
+    # what thinning made of the responses, per data file (checks/batched.py THIN_ARTIFACT): a child of a
+    # version checked in shards reads only its parent's files' other columns
+    thin: bytes | None = None
 
     @property
     def passed(self) -> bool:
@@ -134,14 +137,14 @@ def validate_version(
     if dask is not None:
         report["engine"] = f"dask {dask}"
     from prefdata.checks.batched import (EXACT_KEYS_BY_FILE, NEAR_BY_FILE, PARTS, exact_copies, near_clusters,
-                                         whole_file_keys, whole_file_near)
+                                         thin_file, whole_file_keys, whole_file_near)
     from prefdata.checks.checklist import whole_file_parts
 
     whole_file_parts(inputs, outcome.results, checklist)
     return Validation(v.ref, outcome, report, folder, inputs.derived.get(PARTS) or {},
                       inputs.derived.get(EXACT_KEYS_BY_FILE) or whole_file_keys(inputs),
                       inputs.derived.get(NEAR_BY_FILE) or whole_file_near(inputs), near_clusters(inputs),
-                      exact_copies(inputs))
+                      exact_copies(inputs), thin_file(inputs) if keep else None)
 
 
 @contextmanager
@@ -214,6 +217,10 @@ def publish_version(store, ref: str, *, show: Callable[[Validation], None] | Non
             from prefdata.checks.batched import EXACT_COPIES
 
             artifacts[EXACT_COPIES] = store.write_gate_file(v, EXACT_COPIES, validation.copies)
+        if validation.thin is not None:
+            from prefdata.checks.batched import THIN_ARTIFACT
+
+            artifacts[THIN_ARTIFACT] = store.write_gate_file(v, THIN_ARTIFACT, validation.thin)
         if artifacts:
             report = {**report, "artifacts": artifacts}
         store.set_status(v.ref, "validated", report=report, checked=v)

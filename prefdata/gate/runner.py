@@ -160,8 +160,8 @@ def load_inputs(
     info: dict[str, Any] = {"data": data}
     read: dict[str, Any] = {}
     benchmark_sets = read_benchmarks(benchmarks) if benchmarks else None  # a bad --benchmark fails before the import
-    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(data, votes, store, info, read, batch_rows,
-                                                                            stored=stored)
+    pairs, comparisons, vote_frame, sft, card_text, lineage = _load_dataset(
+        data, votes, store, info, read, batch_rows, stored=stored, reuse=not full, parent_store=parent_store)
     eval_pairs = None
     if eval_data is not None:
         eval_info: dict[str, Any] = {}
@@ -176,10 +176,9 @@ def load_inputs(
         card_text=read_text(card) if card is not None else card_text, sft=sft, lineage=lineage, docs_dir=docs_dir,
         lost=read.get("lost"), rows_read=read.get("rows"), shards=read.get("shards"), part_keys=read.get("part_keys"),
     )
-    if "version" in info and not full:
-        inputs.reuse, note = reuse_of(parent_store or store, lineage)
-        if note:
-            info["reuse"] = note
+    inputs.reuse = read.get("reuse")
+    if read.get("reuse_note"):
+        info["reuse"] = read["reuse_note"]
     if scorer:
         from prefdata.base.specs import backend
         from prefdata.gate.scoring import parse_spec, verdicts_for
@@ -224,7 +223,11 @@ def file_shadows_ref(data: str, store: str | None) -> str | None:
 
 
 def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[str, Any],
-                  read: dict[str, Any] | None = None, batch_rows: int | None = None, stored: bool = False):
+                  read: dict[str, Any] | None = None, batch_rows: int | None = None, stored: bool = False,
+                  reuse: bool = False, parent_store: str | None = None):
+    """The tables of DATA (a file or a store version) for the checks, and what they need to know of
+    it in `info` and `read`; with `reuse`, for a version under check (`read`), what its validated parent
+    (in `parent_store`, default `store`) stored for it too (`reuse_of`: read["reuse"], read["reuse_note"])."""
     if not stored and Path(data).exists():
         from prefdata.data.importer import import_file, import_file_to_shards
 
@@ -259,13 +262,17 @@ def _load_dataset(data: str, votes: Path | None, store: str | None, info: dict[s
 
     if read is not None:
         read["part_keys"] = [v.manifest["files"][rel]["sha256"] for rel in st.table_files(v, "default")]
+        if reuse:
+            read["reuse"], read["reuse_note"] = reuse_of(parent_store or store, v.manifest.get("lineage"))
     shards = _version_shards(st, v, "default") if read is not None else None
     if shards is not None:  # a version written in shards (a big import) is checked shard by shard
-        from prefdata.checks.batched import thin_sft
+        from prefdata.checks.batched import THIN_ARTIFACT, read_thin_file, thin_sft
 
         read["shards"] = shards
         sft_shards = _version_shards(st, v, "sft")
-        pairs, sft = _thin(shards), _thin(sft_shards, thin_sft) if sft_shards is not None else table("sft")
+        made = read_thin_file(read["reuse"][THIN_ARTIFACT]) if THIN_ARTIFACT in (read.get("reuse") or {}) else None
+        pairs = _thin(shards, stored=made)
+        sft = _thin(sft_shards, thin_sft) if sft_shards is not None else table("sft")
     else:
         pairs, sft = st.load(v.ref), table("sft")
     vote_frame = table("votes")
@@ -301,16 +308,17 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
     """What a version's parent stored when it was validated, per data file (file sha256 -> check id
     -> {params, rows, result}; -> EXACT_KEYS_BY_FILE -> exact_duplicates' keys; -> NEAR_BY_FILE -> a
     function reading near_duplicates' values, checked here and read when the check signs that file's
-    rows, as they are large; and under NEAR_CLUSTERS and EXACT_COPIES, not files: near_duplicates'
-    clusters and exact_duplicates' copies over all the parent's rows), and a line for
+    rows, as they are large; and under NEAR_CLUSTERS, EXACT_COPIES and THIN_ARTIFACT, not files:
+    near_duplicates' clusters, exact_duplicates' copies and what thinning made of the responses, over
+    all the parent's rows), and a line for
     the report when it had some that cannot be used. Only a validated parent whose signature holds,
     and stored files that have the hashes its signed report gives: anything else (one file failing
     is enough) is computed again (the verdict is the same, only slower)."""
     parent_ref = (lineage or {}).get("parent")
     if not parent_ref:
         return None, None
-    from prefdata.checks.batched import (EXACT_COPIES, EXACT_KEYS_BY_FILE, NEAR_BY_FILE, NEAR_CLUSTERS, near_sha,
-                                         read_keys_file)
+    from prefdata.checks.batched import (EXACT_COPIES, EXACT_KEYS_BY_FILE, NEAR_BY_FILE, NEAR_CLUSTERS, THIN_ARTIFACT,
+                                         near_sha, read_keys_file)
     from prefdata.data.store import DamagedFile, Store
 
     st = Store(store)
@@ -344,6 +352,8 @@ def reuse_of(store: str | None, lineage: dict[str, Any] | None) -> tuple[dict[st
             reuse[NEAR_CLUSTERS] = st.read_gate_file(parent, NEAR_CLUSTERS, artifacts[NEAR_CLUSTERS])
         if EXACT_COPIES in artifacts:  # its exact copies, compared: the child compares only its new rows'
             reuse[EXACT_COPIES] = st.read_gate_file(parent, EXACT_COPIES, artifacts[EXACT_COPIES])
+        if THIN_ARTIFACT in artifacts:  # what thinning made of its files' responses: not read again
+            reuse[THIN_ARTIFACT] = st.read_gate_file(parent, THIN_ARTIFACT, artifacts[THIN_ARTIFACT])
     except (DamagedFile, UnusableInput, ValueError, KeyError, TypeError) as exc:
         return None, f"{parent.ref}'s stored results were not used ({exc}): every row checked"
     return reuse or None, None
@@ -367,10 +377,10 @@ class StoredGateFile:
             return None
 
 
-def _thin(shards, shape=None):
+def _thin(shards, shape=None, stored=None):
     from prefdata.checks.batched import thin, thin_frame
 
-    return thin_frame(shards, shape or thin)
+    return thin_frame(shards, shape or thin, stored)
 
 
 def lost_at_read(result, votes: Path | None = None) -> pl.DataFrame:
