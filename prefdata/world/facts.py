@@ -229,15 +229,28 @@ def _answer_pattern(answer: str) -> re.Pattern:
     return re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)", re.IGNORECASE)
 
 
+def _first_mention(answers, reply: str) -> int | None:
+    """Where the earliest of `answers` starts in the reply, as a whole word; None if none occurs."""
+    found = [m.start() for answer in answers if (m := _answer_pattern(answer).search(reply))]
+    return min(found) if found else None
+
+
 def correct(question_row: dict, reply: str) -> bool:
-    """Does the reply contain an accepted answer as a whole word (or phrase), in any case?
+    """Does the reply contain an accepted answer as a whole word (or phrase), in any case, before any
+    of the row's `wrong` answers (general.py's reading items: the other person's fact)?
 
     Why this rule: a chat model answers in a sentence ("The capital of France is Paris."), so an
     exact match would score right answers wrong; a plain substring would score "14" as "4" and
     "Parisian" as "Paris". Whole words, case-insensitive, accept the sentence and refuse those. A
-    reply that hedges across several answers can still score; with one-line facts this is rare.
+    reply that hedges across several answers can still score; with one-line facts this is rare. Where
+    a wrong answer is named too, the first named is the reply's answer ("Tom lives in Lima; Anna in
+    Oslo" answers Lima).
     """
-    return any(_answer_pattern(answer).search(reply) for answer in question_row["answers"])
+    right = _first_mention(question_row["answers"], reply)
+    if right is None:
+        return False
+    wrong = _first_mention(question_row.get("wrong", ()), reply)
+    return wrong is None or right < wrong
 
 
 def accuracy(question_rows: list[dict], replies: list[str]) -> float:

@@ -22,8 +22,8 @@ verifier runs). Two kinds apply only the case test of their IFEval checker (see 
 Checkers that need NLTK's punkt data (sentence counts) are not used: it cannot be downloaded here.
 
 `python -m prefdata.world.instructions` rewrites the shipped files in chat_data/ (train, IFEval-style
-and held-out prompts, and the general-skill facts of facts.py); tests/test_instructions.py checks that they equal
-what the code generates now.
+and held-out prompts, the general-skill facts of facts.py and the general-skill set of general.py);
+tests/test_instructions.py checks that they equal what the code generates now.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Callable
 
 from prefdata.base.errors import UnusableInput
 from prefdata.world.facts import fact_rows
+from prefdata.world.general import general_rows
 
 CHAT_DATA = Path(__file__).parent / "chat_data"
 SEED = "prefdata-chat-prompts"
@@ -588,7 +589,8 @@ def chat_data_files() -> dict[str, str]:
     """File name in chat_data/ -> the text it must hold."""
     train, heldout = build_prompts()
     return {"train_prompts.jsonl": _jsonl(train), "heldout_prompts.jsonl": _jsonl(heldout),
-            "ifeval_style_prompts.jsonl": _jsonl(build_ifeval_style_prompts()), "facts.jsonl": _jsonl(fact_rows())}
+            "ifeval_style_prompts.jsonl": _jsonl(build_ifeval_style_prompts()), "facts.jsonl": _jsonl(fact_rows()),
+            "general.jsonl": _jsonl(general_rows())}
 
 
 def write_chat_data(folder: Path = CHAT_DATA) -> None:

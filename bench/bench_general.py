@@ -1,0 +1,97 @@
+"""General skill of chat models on the chat demo's general-skill set, side by side, with standard errors.
+
+    python bench/bench_general.py --model base=smollm2 --model dpo=.prefdata/demo-chat/model [--general N]
+
+Each model answers the set's items (prefdata/world/general.py: facts, word problems, reading, word
+forms, sequences) greedily through its chat template, and each reply is scored by facts.correct.
+Printed per kind and in all: the share right with its standard error, and for every model after the
+first, its change from the first on the same items with the paired standard error (the differences'
+standard deviation over sqrt(n)): the figure that says whether a run cost general skill.
+`--json J` keeps each item's outcome and reply; `--score J` prints the table again from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def model_path(spec: str) -> str:
+    if spec == "smollm2":
+        from prefdata.world.chat_world import smollm2
+
+        return str(smollm2())
+    return spec
+
+
+def table(items: list[dict], outcomes: dict[str, list[int]], seconds: dict[str, float]) -> None:
+    from prefdata.world.general import paired_change, standard_error
+
+    kinds = defaultdict(list)
+    for i, item in enumerate(items):
+        kinds[item["kind"]].append(i)
+    groups = [(f"{kind} ({len(rows)})", rows) for kind, rows in sorted(kinds.items())]
+    groups.append((f"all ({len(items)})", list(range(len(items)))))
+    names = list(outcomes)
+    first = names[0]
+    print("| items | " + " | ".join(names) + " | " + " | ".join(f"{n} - {first} (paired)" for n in names[1:]) + " |")
+    print("|---" * (2 * len(names)) + "|")
+    for label, rows in groups:
+        cells = []
+        for name in names:
+            scores = [outcomes[name][i] for i in rows]
+            cells.append(f"{sum(scores) / len(scores):.3f} ± {standard_error(scores):.3f}")
+        for name in names[1:]:
+            change, se = paired_change([outcomes[first][i] for i in rows], [outcomes[name][i] for i in rows])
+            cells.append(f"{change:+.3f} ± {se:.3f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    if seconds:
+        print("seconds: " + ", ".join(f"{name} {s:.0f}" for name, s in seconds.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", default=[], help="NAME=PATH (a model folder, a .gguf file, or "
+                                                                          "smollm2); once per model, the first is the "
+                                                                          "one the others are compared with")
+    parser.add_argument("--general", type=int, default=None, help="The first N items (default: all).")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--json", type=Path, default=None, help="Write the outcomes and the replies here.")
+    parser.add_argument("--score", type=Path, default=None, help="Print the table of a --json file instead.")
+    args = parser.parse_args()
+    from prefdata.world.general import load_general, outcomes
+
+    items = load_general()[:args.general]
+    if args.score:
+        if not args.score.is_file():
+            parser.error(f"no saved outcomes at {args.score}: give --score the --json file of a run")
+        saved = json.loads(args.score.read_text())
+        items = items[:len(next(iter(saved["outcomes"].values())))]
+        table(items, saved["outcomes"], saved.get("seconds", {}))
+        return
+    if not args.model:
+        parser.error("give --model NAME=PATH (or --score FILE)")
+    from prefdata.world.chat_world import GENERAL_TOKENS, replies
+
+    scored, answered, seconds = {}, {}, {}
+    for spec in args.model:
+        name, _, path = spec.partition("=")
+        started = time.perf_counter()
+        answered[name] = replies(model_path(path or name), [item["question"] for item in items], GENERAL_TOKENS,
+                                 args.batch_size)
+        seconds[name] = time.perf_counter() - started
+        scored[name] = outcomes(items, answered[name])
+    table(items, scored, seconds)
+    if args.json:
+        args.json.write_text(json.dumps({"outcomes": scored, "replies": answered, "seconds": seconds}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The chat demo's general-skill set (prefdata/world/general.py): large enough to see a tax, right by
+construction, scored so that repeating the question cannot score, with standard errors."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import pytest
+
+from prefdata.data.records import normalise_text
+from prefdata.world.facts import correct
+from prefdata.world.general import (_PROBLEMS, GENERAL_FILE, general_rows, load_general, number_answers, outcomes,
+                                    paired_change, standard_error)
+from prefdata.world.instructions import load_prompts
+
+ROWS = load_general()
+
+
+def test_the_shipped_set_is_what_the_generator_writes_and_it_is_seeded():
+    assert ROWS == general_rows()
+    assert general_rows("another seed") != ROWS
+    assert GENERAL_FILE.stat().st_size < 1_000_000
+
+
+def test_it_is_large_enough_to_see_a_five_point_tax_and_mixes_its_kinds():
+    assert len(ROWS) >= 600
+    kinds = Counter(row["kind"] for row in ROWS)
+    assert set(kinds) == {"facts", "reasoning", "reading", "words"}
+    assert min(kinds.values()) >= 60
+    assert len({row["question"] for row in ROWS}) == len(ROWS)
+    # shuffled once: the first 120 items (a demo's smaller `general`) hold every kind
+    assert {row["kind"] for row in ROWS[:120]} == set(kinds)
+    # at p = 0.5, one standard error of the whole set is under 2 points
+    assert standard_error([0, 1] * (len(ROWS) // 2)) < 0.02
+
+
+def test_no_question_outside_reading_scores_by_repeating_itself():
+    for row in ROWS:
+        if row["kind"] != "reading":
+            assert not correct(row, row["question"]), row
+
+
+def test_a_reading_text_names_both_answers_and_the_first_named_is_the_replys_answer():
+    reading = [row for row in ROWS if row["kind"] == "reading"]
+    for row in reading:
+        (right,), (wrong,) = row["answers"], row["wrong"]
+        assert right != wrong and re.search(rf"\b{right}\b", row["question"]) and re.search(rf"\b{wrong}\b", row["question"])
+        assert correct(row, f"The answer is {right}.") and not correct(row, f"The answer is {wrong}.")
+        assert correct(row, f"{right}, not {wrong}") and not correct(row, f"{wrong}, not {right}")
+    # a reply that repeats the text scores when the asked person comes first: about half the time
+    echoed = sum(correct(row, row["question"]) for row in reading) / len(reading)
+    assert 0.3 < echoed < 0.7
+
+
+def test_word_problems_answer_what_their_numbers_make():
+    for row in ROWS:
+        if row["kind"] == "reasoning":
+            index = int(row["category"].split()[-1]) - 1
+            a, b = map(int, re.findall(r"\d+", row["question"]))
+            assert row["answers"] == number_answers(_PROBLEMS[index][1](a, b)), row
+
+
+def test_number_answers_give_digits_and_words():
+    assert number_answers(7) == ["7", "seven"]
+    assert number_answers(21) == ["21", "twenty-one", "twenty one"]
+    assert number_answers(40) == ["40", "forty"]
+    assert correct({"answers": number_answers(21)}, "She has twenty one apples.")
+    with pytest.raises(ValueError):
+        number_answers(101)
+
+
+def test_no_general_question_is_among_the_instruction_prompts():
+    prompts = [normalise_text(r["prompt"]) for r in load_prompts("train") + load_prompts("heldout")]
+    for row in ROWS:
+        question = normalise_text(row["question"])
+        assert not any(question in prompt for prompt in prompts), row["question"]
+
+
+def test_standard_errors_single_and_paired():
+    assert standard_error([1, 1, 0, 0]) == pytest.approx(0.25)
+    assert math.isnan(standard_error([]))
+    # differences 0, -1, +1, +1: mean 0.25, sample variance 2.75 / 3
+    change, se = paired_change([1, 1, 0, 0], [1, 0, 1, 1])
+    assert change == pytest.approx(0.25) and se == pytest.approx(math.sqrt(2.75 / 3 / 4))
+    # the same items answered the same way: no change and no error, where unpaired errors would add up
+    assert paired_change([1, 0] * 50, [1, 0] * 50) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="not the same items"):
+        paired_change([1, 0], [1])
+
+
+def test_measure_scores_every_item_and_evaluate_reports_numbers(monkeypatch):
+    import prefdata.world.chat_world as chat_world
+
+    items = ROWS[:40]
+
+    def replies(model_dir, prompts, max_new_tokens, batch_size=32):
+        if max_new_tokens == chat_world.GENERAL_TOKENS:  # the right answer to the even items, a wrong one else
+            return [row["answers"][0] if i % 2 == 0 else "I do not know." for i, row in enumerate(items)]
+        return ["" for _ in prompts]
+
+    monkeypatch.setattr(chat_world, "replies", replies)
+    figures = chat_world.measure("model", heldout=4, general=40)
+    assert figures["general_items"] == outcomes(items, replies(None, None, chat_world.GENERAL_TOKENS))
+    assert figures["general"] == 0.5 and figures["general_se"] == pytest.approx(math.sqrt(0.25 / 40))
+    assert set(chat_world.evaluate("model", heldout=4, general=40)) == {"follow", "general", "general_se"}
