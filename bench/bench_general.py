@@ -3,7 +3,8 @@
     python bench/bench_general.py --model base=smollm2 --model dpo=.prefdata/demo-chat/model [--general N]
 
 Each model answers the set's items (prefdata/world/general.py: facts, word problems, reading, word
-forms, sequences) greedily through its chat template, and each reply is scored by facts.correct.
+forms) greedily through its chat template (chat_world.general_replies: 32 tokens, 96 for a word
+problem's working), and each reply is scored by facts.correct.
 Printed per kind and in all: the share right with its standard error, and for every model after the
 first, its change from the first on the same items with the paired standard error (the differences'
 standard deviation over sqrt(n)): the figure that says whether a run cost general skill.
@@ -78,14 +79,13 @@ def main() -> None:
         return
     if not args.model:
         parser.error("give --model NAME=PATH (or --score FILE)")
-    from prefdata.world.chat_world import GENERAL_TOKENS, replies
+    from prefdata.world.chat_world import general_replies
 
     scored, answered, seconds = {}, {}, {}
     for spec in args.model:
         name, _, path = spec.partition("=")
         started = time.perf_counter()
-        answered[name] = replies(model_path(path or name), [item["question"] for item in items], GENERAL_TOKENS,
-                                 args.batch_size)
+        answered[name] = general_replies(model_path(path or name), items, args.batch_size)
         seconds[name] = time.perf_counter() - started
         scored[name] = outcomes(items, answered[name])
     table(items, scored, seconds)

