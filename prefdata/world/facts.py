@@ -2,11 +2,12 @@
 
 The chat demo (`prefdata demo --world chat`) trains SmolLM2-135M-Instruct to follow format
 constraints (instructions.py); these questions are one kind of general.py's set, which measures
-what that training costs in general skill (the alignment tax), before and after. Every answer was checked by hand: a wrong "known answer"
-would corrupt the metric. Questions whose answer is disputed (the longest river, the number of
-continents, the capital of the Netherlands) are left out; `answers` lists every accepted spelling or
-form ("bark", "barks", "woof"). No accepted answer occurs in its own question, so a reply that only
-repeats the question never scores (tests/test_instructions.py).
+what that training costs in general skill (the alignment tax), before and after. Every answer was
+checked by hand: a wrong "known answer" would corrupt the metric. Questions whose answer is
+disputed (the longest river, the number of continents, the capital of the Netherlands) are left
+out; `answers` lists every accepted spelling or form ("bark", "barks", "woof"). No accepted answer
+occurs in its own question, so a reply that only repeats the question never scores
+(tests/test_instructions.py).
 
 `FACTS` is the source; `chat_data/facts.jsonl` is written from it by
 `python -m prefdata.world.instructions` and read back by `load_facts()`.
