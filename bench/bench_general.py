@@ -24,14 +24,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def model_path(spec: str) -> str:
-    if spec == "smollm2":
-        from prefdata.world.chat_world import smollm2
-
-        return str(smollm2())
-    return spec
-
-
 def table(items: list[dict], outcomes: dict[str, list[int]], seconds: dict[str, float]) -> None:
     from prefdata.world.general import paired_change, standard_error
 
@@ -79,13 +71,13 @@ def main() -> None:
         return
     if not args.model:
         parser.error("give --model NAME=PATH (or --score FILE)")
-    from prefdata.world.chat_world import general_replies
+    from prefdata.world.chat_world import general_replies, model_folder
 
     scored, answered, seconds = {}, {}, {}
     for spec in args.model:
         name, _, path = spec.partition("=")
         started = time.perf_counter()
-        answered[name] = general_replies(model_path(path or name), items, args.batch_size)
+        answered[name] = general_replies(model_folder(path or name), items, args.batch_size)
         seconds[name] = time.perf_counter() - started
         scored[name] = outcomes(items, answered[name])
     table(items, scored, seconds)

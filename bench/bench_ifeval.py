@@ -148,14 +148,6 @@ def headroom(rows: list[dict], replies: list[str]) -> dict[str, float]:
     return out
 
 
-def model_path(spec: str) -> str:
-    if spec == "smollm2":
-        from prefdata.world.chat_world import smollm2
-
-        return str(smollm2())
-    return spec
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=[], help="NAME=PATH (PATH: a model folder, a .gguf "
@@ -190,14 +182,14 @@ def main() -> None:
         parser.error("give --model NAME=PATH (or --score FILE)")
     if args.no_score and not args.json:
         parser.error("--no-score needs --json to keep the replies")
-    from prefdata.world.chat_world import replies
+    from prefdata.world.chat_world import model_folder, replies
 
     rows = load_ifeval(args.data, args.n)
     figures, out = {}, {}
     for spec in args.model:
         name, _, path = spec.partition("=")
         started = time.perf_counter()
-        answers = replies(model_path(path), [r["prompt"] for r in rows], args.max_new_tokens, args.batch_size,
+        answers = replies(model_folder(path), [r["prompt"] for r in rows], args.max_new_tokens, args.batch_size,
                           device=args.device)
         seconds = time.perf_counter() - started
         figures[name] = {**({} if args.no_score else score(rows, answers)), "seconds": round(seconds, 1), "model": path,

@@ -61,6 +61,12 @@ def smollm2() -> Path:
     return Path(local_model(smollm2_gguf()))
 
 
+def model_folder(spec: str) -> str:
+    """A bench script's --model PATH: `smollm2` is SmolLM2-135M-Instruct (smollm2()); anything else
+    (a model folder, a .gguf file) is passed on as it is."""
+    return str(smollm2()) if spec == "smollm2" else spec
+
+
 def replies(model_dir: str | Path, prompts: list[str], max_new_tokens: int, batch_size: int = BATCH,
             device: str = "cpu") -> list[str]:
     """One greedy reply per prompt, rendered by the chat template as sampling renders it. The prompts
@@ -153,8 +159,9 @@ def measure(model_dir: str | Path, heldout: int | None = None, general: int | No
 def general_replies(model_dir: str | Path, items: list[dict], batch_size: int = BATCH) -> list[str]:
     """One greedy reply per general-skill item, each kind at its reply length (GENERAL_TOKENS_BY_KIND)."""
     texts = [""] * len(items)
-    for tokens in sorted({GENERAL_TOKENS_BY_KIND.get(item["kind"], GENERAL_TOKENS) for item in items}):
-        group = [i for i, item in enumerate(items) if GENERAL_TOKENS_BY_KIND.get(item["kind"], GENERAL_TOKENS) == tokens]
+    lengths = [GENERAL_TOKENS_BY_KIND.get(item["kind"], GENERAL_TOKENS) for item in items]
+    for tokens in sorted(set(lengths)):
+        group = [i for i, length in enumerate(lengths) if length == tokens]
         for i, text in zip(group, replies(model_dir, [items[i]["question"] for i in group], tokens, batch_size)):
             texts[i] = text
     return texts
