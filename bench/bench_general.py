@@ -5,6 +5,8 @@
 Each model answers the set's items (prefdata/world/general.py: facts, word problems, reading, word
 forms) greedily through its chat template (chat_world.general_replies: 32 tokens, 96 for a word
 problem's working), and each reply is scored by facts.correct.
+With `--follow`, each model also answers the chat demo's held-out following prompts
+(chat_world.follow_outcomes), a row of the same table.
 Printed per kind and in all: the share right with its standard error, and for every model after the
 first, its change from the first on the same items with the paired standard error (the differences'
 standard deviation over sqrt(n)): the figure that says whether a run cost general skill.
@@ -24,25 +26,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def table(items: list[dict], outcomes: dict[str, list[int]], seconds: dict[str, float]) -> None:
+def table(items: list[dict], outcomes: dict[str, list[int]], seconds: dict[str, float],
+          followed: dict[str, list[int]] | None = None) -> None:
     from prefdata.world.general import paired_change, standard_error
 
     kinds = defaultdict(list)
     for i, item in enumerate(items):
         kinds[item["kind"]].append(i)
-    groups = [(f"{kind} ({len(rows)})", rows) for kind, rows in sorted(kinds.items())]
-    groups.append((f"all ({len(items)})", list(range(len(items)))))
+    groups = [(f"{kind} ({len(rows)})", outcomes, rows) for kind, rows in sorted(kinds.items())]
+    groups.append((f"**all ({len(items)})**", outcomes, list(range(len(items)))))
+    if followed:
+        prompts = len(next(iter(followed.values())))
+        groups.append((f"held-out following ({prompts})", followed, list(range(prompts))))
     names = list(outcomes)
     first = names[0]
     print("| items | " + " | ".join(names) + " | " + " | ".join(f"{n} - {first} (paired)" for n in names[1:]) + " |")
     print("|---" * (2 * len(names)) + "|")
-    for label, rows in groups:
+    for label, scored, rows in groups:
         cells = []
         for name in names:
-            scores = [outcomes[name][i] for i in rows]
+            scores = [scored[name][i] for i in rows]
             cells.append(f"{sum(scores) / len(scores):.3f} ± {standard_error(scores):.3f}")
         for name in names[1:]:
-            change, se = paired_change([outcomes[first][i] for i in rows], [outcomes[name][i] for i in rows])
+            change, se = paired_change([scored[first][i] for i in rows], [scored[name][i] for i in rows])
             cells.append(f"{change:+.3f} ± {se:.3f}")
         print(f"| {label} | " + " | ".join(cells) + " |")
     if seconds:
@@ -55,6 +61,8 @@ def main() -> None:
                                                                           "smollm2); once per model, the first is the "
                                                                           "one the others are compared with")
     parser.add_argument("--general", type=int, default=None, help="The first N items (default: all).")
+    parser.add_argument("--follow", action="store_true", help="Also score the demo's held-out following prompts "
+                                                                   "(the chat demo's follow figure), paired.")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None, help="Write the outcomes and the replies here.")
     parser.add_argument("--score", type=Path, default=None, help="Print the table of a --json file instead.")
@@ -67,22 +75,25 @@ def main() -> None:
             parser.error(f"no saved outcomes at {args.score}: give --score the --json file of a run")
         saved = json.loads(args.score.read_text())
         items = items[:len(next(iter(saved["outcomes"].values())))]
-        table(items, saved["outcomes"], saved.get("seconds", {}))
+        table(items, saved["outcomes"], saved.get("seconds", {}), saved.get("follow"))
         return
     if not args.model:
         parser.error("give --model NAME=PATH (or --score FILE)")
-    from prefdata.world.chat_world import general_replies, model_folder
+    from prefdata.world.chat_world import follow_outcomes, general_replies, model_folder
 
-    scored, answered, seconds = {}, {}, {}
+    scored, answered, seconds, followed = {}, {}, {}, {}
     for spec in args.model:
         name, _, path = spec.partition("=")
         started = time.perf_counter()
         answered[name] = general_replies(model_folder(path or name), items, args.batch_size)
-        seconds[name] = time.perf_counter() - started
         scored[name] = outcomes(items, answered[name])
-    table(items, scored, seconds)
+        if args.follow:
+            followed[name] = follow_outcomes(model_folder(path or name), batch_size=args.batch_size)
+        seconds[name] = time.perf_counter() - started
+    table(items, scored, seconds, followed)
     if args.json:
-        args.json.write_text(json.dumps({"outcomes": scored, "replies": answered, "seconds": seconds}) + "\n")
+        saved = {"outcomes": scored, "replies": answered, "seconds": seconds}
+        args.json.write_text(json.dumps(saved | ({"follow": followed} if followed else {})) + "\n")
 
 
 if __name__ == "__main__":

@@ -112,3 +112,46 @@ def test_measure_scores_every_item_and_evaluate_reports_numbers(monkeypatch):
     for row in items:
         assert lengths[row["question"]] == chat_world.GENERAL_TOKENS_BY_KIND.get(row["kind"], chat_world.GENERAL_TOKENS)
     assert set(chat_world.evaluate("model", heldout=4, general=40)) == {"follow", "general", "general_se"}
+
+
+def test_follow_outcomes_mark_each_held_out_prompt_whose_reply_follows(monkeypatch):
+    from prefdata.world import chat_world
+    from prefdata.world.instructions import verify
+
+    prompts = [row["prompt"] for row in load_prompts("heldout")[:24]]
+    following = {}
+    for prompt in prompts:
+        made = chat_world.following_reply(prompt, "Yes. A short plain answer to the question.")
+        if made is not None:
+            following[prompt] = made[1]
+    assert len(following) >= 4  # enough prompts the repair can make follow, to see the 1s
+
+    def replies(model_dir, asked, max_new_tokens, batch_size=32):
+        # a following reply where the repair makes one, a reply breaking a word limit elsewhere
+        return [following.get(prompt, "word " * 300) for prompt in asked]
+
+    monkeypatch.setattr(chat_world, "replies", replies)
+    outcomes = chat_world.follow_outcomes("model", heldout=24)
+    assert len(outcomes) == 24
+    assert all(outcomes[i] == 1 for i, prompt in enumerate(prompts) if prompt in following)
+    assert outcomes == [int(verify(prompt, following.get(prompt, "word " * 300))) for prompt in prompts]
+    assert 0 < sum(outcomes) < 24
+    assert chat_world.measure("model", heldout=24, general=4)["follow"] == sum(outcomes) / 24
+
+
+def test_bench_general_prints_following_as_a_paired_row(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    items = len(ROWS[:10])
+    saved = {"outcomes": {"base": [1, 0] * (items // 2), "dpo": [1, 1] * (items // 2)},
+             "follow": {"base": [0, 0, 1, 0], "dpo": [1, 1, 1, 0]}, "seconds": {}}
+    path = tmp_path / "outcomes.json"
+    path.write_text(__import__("json").dumps(saved))
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "bench" / "bench_general.py"), "--score", str(path)],
+                         capture_output=True, text=True, check=True, cwd=root).stdout
+    row = next(line for line in out.splitlines() if line.startswith("| held-out following (4)"))
+    assert "| 0.250 ± " in row and "| 0.750 ± " in row and "+0.500 ± " in row
+    assert "+0.500 ± " in next(line for line in out.splitlines() if "all (10)" in line)

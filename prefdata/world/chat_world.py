@@ -12,6 +12,7 @@
     measure(model_dir, ...)    held-out constraint following (instructions.verify) and general skill
                                (general.py's set, scored by facts.correct) with its standard error and
                                each item's outcome, for a paired before/after
+    follow_outcomes(model_dir) each held-out prompt's 1 (its reply follows) or 0, for a paired comparison
     evaluate(model_dir, ...)   the same figures as numbers: an evaluator the trainers run before and
                                after (`evaluator: prefdata.world.chat_world:evaluate`)
 
@@ -145,15 +146,22 @@ def measure(model_dir: str | Path, heldout: int | None = None, general: int | No
     "general_items": each item's outcome (1 right, 0 wrong), for a paired before/after}, on the first
     `heldout` held-out prompts and `general` items of general.py's set (None: all of them)."""
     from prefdata.world.general import load_general, outcomes, standard_error
+
+    followed = follow_outcomes(model_dir, heldout, batch_size)
+    items = load_general()[:general]
+    scores = outcomes(items, general_replies(model_dir, items, batch_size))
+    return {"follow": sum(followed) / max(len(followed), 1), "general": sum(scores) / max(len(scores), 1),
+            "general_se": standard_error(scores), "general_items": scores}
+
+
+def follow_outcomes(model_dir: str | Path, heldout: int | None = None, batch_size: int = BATCH) -> list[int]:
+    """1 for each of the first `heldout` held-out prompts (None: all) whose greedy reply follows the
+    prompt's constraints (instructions.verify), else 0: the following figure, item by item, so two
+    models can be compared on the same prompts."""
     from prefdata.world.instructions import load_prompts, verify
 
     prompts = [row["prompt"] for row in load_prompts("heldout")[:heldout]]
-    items = load_general()[:general]
-    answers = replies(model_dir, prompts, FOLLOW_TOKENS, batch_size)
-    follow = sum(verify(p, a) for p, a in zip(prompts, answers)) / max(len(prompts), 1)
-    scores = outcomes(items, general_replies(model_dir, items, batch_size))
-    return {"follow": follow, "general": sum(scores) / max(len(scores), 1), "general_se": standard_error(scores),
-            "general_items": scores}
+    return [int(verify(p, a)) for p, a in zip(prompts, replies(model_dir, prompts, FOLLOW_TOKENS, batch_size))]
 
 
 def general_replies(model_dir: str | Path, items: list[dict], batch_size: int = BATCH) -> list[str]:
