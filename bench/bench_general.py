@@ -10,7 +10,8 @@ With `--follow`, each model also answers the chat demo's held-out following prom
 Printed per kind and in all: the share right with its standard error, and for every model after the
 first, its change from the first on the same items with the paired standard error (the differences'
 standard deviation over sqrt(n)): the figure that says whether a run cost general skill.
-`--json J` keeps each item's outcome and reply; `--score J` prints the table again from it.
+`--json J` keeps each item's outcome and reply; `--score J` prints the table again from it, and
+`--score J1 --score J2` puts the models of runs made apart side by side (the same items).
 """
 
 from __future__ import annotations
@@ -55,6 +56,22 @@ def table(items: list[dict], outcomes: dict[str, list[int]], seconds: dict[str, 
         print("seconds: " + ", ".join(f"{name} {s:.0f}" for name, s in seconds.items()))
 
 
+def merged(runs: list[dict], parser: argparse.ArgumentParser) -> dict:
+    """The models of several --json files as one run's: each file's outcomes, following and seconds,
+    in order. The files must score the same items (and the same held-out prompts, where all have them)."""
+    saved: dict = {"outcomes": {}, "follow": {}, "seconds": {}}
+    for run in runs:
+        for key in saved:
+            saved[key] |= run.get(key, {})
+    for key in ("outcomes", "follow"):
+        if len({len(scores) for scores in saved[key].values()}) > 1:
+            parser.error(f"the files score different numbers of {'items' if key == 'outcomes' else 'held-out prompts'}"
+                         ": make them with the same --general and --heldout")
+    if saved["follow"] and set(saved["follow"]) != set(saved["outcomes"]):
+        saved["follow"] = {}  # a file without --follow: no following row rather than a partial one
+    return saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", default=[], help="NAME=PATH (a model folder, a .gguf file, or "
@@ -65,17 +82,22 @@ def main() -> None:
                                                                    "(the chat demo's follow figure), paired.")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None, help="Write the outcomes and the replies here.")
-    parser.add_argument("--score", type=Path, default=None, help="Print the table of a --json file instead.")
+    parser.add_argument("--heldout", type=int, default=None,
+                        help="With --follow: the first N held-out prompts (default: all 450; the chat demo's 120).")
+    parser.add_argument("--score", type=Path, action="append", default=[],
+                        help="Print the table of a --json file instead; several: their models side by side, "
+                             "the first file's first model the one compared with.")
     args = parser.parse_args()
     from prefdata.world.general import load_general, outcomes
 
     items = load_general()[:args.general]
     if args.score:
-        if not args.score.is_file():
-            parser.error(f"no saved outcomes at {args.score}: give --score the --json file of a run")
-        saved = json.loads(args.score.read_text())
+        missing = [str(path) for path in args.score if not path.is_file()]
+        if missing:
+            parser.error(f"no saved outcomes at {', '.join(missing)}: give --score the --json file of a run")
+        saved = merged([json.loads(path.read_text()) for path in args.score], parser)
         items = items[:len(next(iter(saved["outcomes"].values())))]
-        table(items, saved["outcomes"], saved.get("seconds", {}), saved.get("follow"))
+        table(items, saved["outcomes"], saved["seconds"], saved["follow"])
         return
     if not args.model:
         parser.error("give --model NAME=PATH (or --score FILE)")
@@ -88,7 +110,7 @@ def main() -> None:
         answered[name] = general_replies(model_folder(path or name), items, args.batch_size)
         scored[name] = outcomes(items, answered[name])
         if args.follow:
-            followed[name] = follow_outcomes(model_folder(path or name), batch_size=args.batch_size)
+            followed[name] = follow_outcomes(model_folder(path or name), args.heldout, args.batch_size)
         seconds[name] = time.perf_counter() - started
     table(items, scored, seconds, followed)
     if args.json:

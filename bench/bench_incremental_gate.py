@@ -14,7 +14,10 @@ reports' details), and the five slowest checks of each run; last, `publish CHILD
 NIGHT` once each (issue 46 item 3 is about publish; the night is made without answer leaks so that
 both pass). `--no-near` waives near_duplicates: it hashes every row's texts for
 exact_duplicates when it runs, so exact_duplicates' reuse of the parent's stored keys shows alone.
-Figures only; the last line is their JSON.
+The parent is made a part of 1M pairs at a time (`bench.realistic.PART_ROWS`, each part its own
+seed), so that 10M pairs fit in the memory of 1M; `--make-only` writes the two files into
+`--workdir` and stops, and a later run with that workdir uses them again (a store must not be
+there yet). Figures only; the last line is their JSON.
 """
 
 from __future__ import annotations
@@ -48,10 +51,18 @@ DUPLICATES = ("exact_duplicates", "near_duplicates")
 MAKE = """
 import sys
 import polars as pl
-from bench.realistic import make_realistic_pairs
+import pyarrow.parquet as pq
+from bench.realistic import PART_ROWS, make_realistic_pairs
 parent_file, night_file, n, night = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-parent, truth = make_realistic_pairs(n, seed=0)
-parent.filter(~pl.col("id").is_in(truth["answer_leakage"])).write_parquet(parent_file)
+# the parent a part at a time (bench.realistic.write_realistic's parts and seeds), so that 10M pairs
+# are made in the memory of 1M; up to 1M it is one part, the rows of the earlier figures
+writer = None
+for part, start in enumerate(range(0, n, PART_ROWS)):
+    rows, truth = make_realistic_pairs(min(PART_ROWS, n - start), seed=part, first_id=start + 1)
+    table = rows.filter(~pl.col("id").is_in(truth["answer_leakage"])).to_arrow()
+    writer = writer or pq.ParquetWriter(parent_file, table.schema, compression="zstd")
+    writer.write_table(table, row_group_size=125_000)
+writer.close()
 fresh, fresh_truth = make_realistic_pairs(night, seed=1)
 fresh = fresh.filter(~pl.col("id").is_in(fresh_truth["answer_leakage"]))
 fresh.with_columns(pl.col("id").str.replace("^u", "n")).write_parquet(night_file)
@@ -67,15 +78,24 @@ def main() -> None:
     parser.add_argument("--no-near", action="store_true", help="waive near_duplicates (see above)")
     parser.add_argument("--no-full", action="store_true",
                         help="leave out `check CHILD --full` (at 10M it is a full check of minutes)")
+    parser.add_argument("--make-only", action="store_true",
+                        help="write the parent and night files into --workdir and stop (made once, used by later runs)")
     args = parser.parse_args()
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-incremental-"))
     work.mkdir(parents=True, exist_ok=True)
-    parent_file, night_file, config = work / "parent.parquet", work / "night.parquet", work / "checks.yaml"
+    parent_file, night_file = work / f"parent-{args.parent}.parquet", work / f"night-{args.night}.parquet"
+    config = work / "checks.yaml"
     config.write_text(CONFIG.replace("near_duplicates: {max_share: 0.05}", "near_duplicates: {waive: bench}")
                       if args.no_near else CONFIG)
-    subprocess.run([sys.executable, "-c", MAKE, str(parent_file), str(night_file), str(args.parent), str(args.night)],
-                   check=True, cwd=REPO)
+    if not (parent_file.is_file() and night_file.is_file()):  # a --workdir made before is used again
+        subprocess.run([sys.executable, "-c", MAKE, str(parent_file), str(night_file), str(args.parent),
+                        str(args.night)], check=True, cwd=REPO)
+    if args.make_only:
+        print(f"made {parent_file} and {night_file}")
+        return
+    if (work / "store").exists():
+        raise SystemExit(f"{work / 'store'} exists: give a --workdir without a store (the data files are reused)")
     env = {**os.environ, "PREFDATA_STORE": str(work / "store"), "HF_HUB_OFFLINE": "1"}
     prefdata = [sys.executable, "-m", "prefdata"]
 
