@@ -106,11 +106,12 @@ def main() -> None:
     scored, answered, seconds, followed = {}, {}, {}, {}
     for spec in args.model:
         name, _, path = spec.partition("=")
+        folder = model_folder(path or name)
         started = time.perf_counter()
-        answered[name] = general_replies(model_folder(path or name), items, args.batch_size)
+        answered[name] = general_replies(folder, items, args.batch_size)
         scored[name] = outcomes(items, answered[name])
         if args.follow:
-            followed[name] = follow_outcomes(model_folder(path or name), args.heldout, args.batch_size)
+            followed[name] = follow_outcomes(folder, args.heldout, args.batch_size)
         seconds[name] = time.perf_counter() - started
     table(items, scored, seconds, followed)
     if args.json:

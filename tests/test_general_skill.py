@@ -139,19 +139,28 @@ def test_follow_outcomes_mark_each_held_out_prompt_whose_reply_follows(monkeypat
     assert chat_world.measure("model", heldout=24, general=4)["follow"] == sum(outcomes) / 24
 
 
-def test_bench_general_prints_following_as_a_paired_row(tmp_path):
+def _bench_general_score(*files):
+    """bench/bench_general.py --score FILE ... as a user runs it."""
     import subprocess
     import sys
     from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, str(root / "bench" / "bench_general.py")]
+    for path in files:
+        argv += ["--score", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=root)
+
+
+def test_bench_general_prints_following_as_a_paired_row(tmp_path):
+    import json
 
     items = len(ROWS[:10])
     saved = {"outcomes": {"base": [1, 0] * (items // 2), "dpo": [1, 1] * (items // 2)},
              "follow": {"base": [0, 0, 1, 0], "dpo": [1, 1, 1, 0]}, "seconds": {}}
     path = tmp_path / "outcomes.json"
-    path.write_text(__import__("json").dumps(saved))
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "bench" / "bench_general.py"), "--score", str(path)],
-                         capture_output=True, text=True, check=True, cwd=root).stdout
+    path.write_text(json.dumps(saved))
+    out = _bench_general_score(path).stdout
     row = next(line for line in out.splitlines() if line.startswith("| held-out following (4)"))
     assert "| 0.250 ± " in row and "| 0.750 ± " in row and "+0.500 ± " in row
     assert "+0.500 ± " in next(line for line in out.splitlines() if "all (10)" in line)
@@ -159,26 +168,16 @@ def test_bench_general_prints_following_as_a_paired_row(tmp_path):
 
 def test_bench_general_puts_several_runs_side_by_side_and_refuses_different_items(tmp_path):
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
     first, second, short = tmp_path / "first.json", tmp_path / "second.json", tmp_path / "short.json"
     first.write_text(json.dumps({"outcomes": {"base": [0] * 10}, "follow": {"base": [0, 0]}}))
     second.write_text(json.dumps({"outcomes": {"dpo": [1] * 5 + [0] * 5}, "follow": {"dpo": [1, 0]}}))
     short.write_text(json.dumps({"outcomes": {"other": [1] * 4}}))
 
-    def score(*files):
-        argv = [sys.executable, str(root / "bench" / "bench_general.py")]
-        for path in files:
-            argv += ["--score", str(path)]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=root)
-
-    out = score(first, second).stdout
+    out = _bench_general_score(first, second).stdout
     assert "| items | base | dpo | dpo - base (paired) |" in out
     assert "+0.500 ± " in next(line for line in out.splitlines() if "all (10)" in line)
     assert "| 0.000 ± 0.000 | 0.500 ± " in next(line for line in out.splitlines() if "following (2)" in line)
-    refused = score(first, short)
+    refused = _bench_general_score(first, short)
     assert refused.returncode == 2 and "different numbers of items" in refused.stderr
     assert "Traceback" not in refused.stderr
