@@ -426,7 +426,7 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
 
     by_file = inputs.derived.setdefault(NEAR_BY_FILE, {})
 
-    def on_signed(key: np.ndarray, band_keys: np.ndarray, sketch: np.ndarray, screenable: np.ndarray) -> None:
+    def on_signed(signed) -> None:
         loaded.clear()
         if not any(keys) or not inputs.derived.get(KEEP_NEAR):
             return
@@ -435,9 +435,12 @@ def near_duplicates(inputs: Any, threshold: float, num_perm: int, ngram: int, sc
             a, b = int(shards.offsets[k]), int(shards.offsets[k + 1])
             if sha and k in reused_files:  # the parent's file as it is: publish links it, nothing is written
                 by_file[sha] = reuse[sha][NEAR_BY_FILE]
-            elif sha:
+            elif sha:  # signed in this run, so held whole (minhash.Signed: a grown version's run drops only
+                # rows of its parent's stored files)
+                s, e = (a, b) if signed.rows is None else np.searchsorted(signed.rows, (a, b))
                 by_file[sha] = os.path.join(folder, near_artifact(sha))
-                near_file(meta, key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b], by_file[sha])
+                near_file(meta, signed.key[a:b], signed.band_keys[:, s:e], signed.sketch[s:e], signed.screenable[s:e],
+                          by_file[sha])
 
     known = None
     if reuse.get(NEAR_CLUSTERS) is not None and all(keys):

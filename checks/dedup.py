@@ -410,9 +410,10 @@ def check_near_duplicates(
     on_signed = None
     if derived is not None and derived.get(KEEP_NEAR):
 
-        def on_signed(*values: np.ndarray) -> None:  # to a file, not held: publish may store them
+        def on_signed(signed) -> None:  # to a file, not held: publish may store them
             from .minhash import near_scratch
 
+            values = (signed.key, signed.band_keys, signed.sketch, signed.screenable)  # every row's: no `known`
             derived[NEAR_SIGNED] = (pairs, near_scratch(values, threshold=threshold, num_perm=num_perm, ngram=ngram,
                                                         scope=scope, seed=seed, bands_rows=bands_rows))
 

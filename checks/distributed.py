@@ -264,7 +264,7 @@ def _band_keys_of(part: Any, kind: str, columns: list[str], num_perm: int, ngram
     texts = _texts_of(part, kind, columns)
     if texts.n == 0:
         return np.zeros((bands, 0), dtype=np.uint64)
-    return _sign_blocks(texts, num_perm, ngram, seed, bands, rows, None, None)[1]
+    return _sign_blocks(texts, num_perm, ngram, seed, bands, rows, None, None).band_keys
 
 
 def _band_records_of(part: Any, kind: str, columns: list[str], num_perm: int, ngram: int, seed: int, bands: int,

@@ -615,8 +615,10 @@ class _Screen:
     corrected for chance 8-bit matches) is within SCREEN_SIGMAS deviations of the threshold, or
     that involve a text too short for the estimate to be trusted (`screenable` false)."""
 
-    def __init__(self, sketch: np.ndarray, screenable: np.ndarray, threshold: float):
-        self.sketch, self.screenable = sketch, screenable
+    def __init__(self, sketch: np.ndarray, screenable: np.ndarray, threshold: float, index: np.ndarray | None = None):
+        # `index`: the sorted text indices whose values the arrays hold, row for row (a grown version's
+        # run holds only the texts that can meet a new one); None: text i's values are at i
+        self.sketch, self.screenable, self.index = sketch, screenable, index
         k = sketch.shape[1]
         chance = 1.0 / 256.0
         sigma = math.sqrt(threshold * (1.0 - threshold) / k)
@@ -627,6 +629,8 @@ class _Screen:
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if a.size == 0:
             return np.zeros(0, dtype=bool)
+        if self.index is not None:
+            a, b = np.searchsorted(self.index, a), np.searchsorted(self.index, b)
         equal = (self.sketch[a] == self.sketch[b]).mean(axis=1)
         return (equal >= self.min_equal - 1e-12) | ~(self.screenable[a] & self.screenable[b])
 
@@ -669,10 +673,11 @@ def _find_near_duplicates(
     workers = n_threads or min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
     try:
-        key, band_keys, sketch, screenable = _sign_blocks(texts, num_perm, ngram, seed, bands, rows, pool, on_block,
-                                                          stored)
+        signed = _sign_blocks(texts, num_perm, ngram, seed, bands, rows, pool, on_block, stored,
+                              known[0] if known is not None else 0)
         if on_signed is not None:
-            on_signed(key, band_keys, sketch, screenable)
+            on_signed(signed)
+        key, band_keys = signed.key, signed.band_keys
         # collapse exact duplicates (identical texts): `u` = index of the row's unique text, in order
         # of first occurrence, so the smallest unique index of a cluster belongs to its first row.
         # rows whose copies an earlier run verified on their texts (a grown version's parent's) are not
@@ -685,55 +690,79 @@ def _find_near_duplicates(
         m = first_rows.size
         # texts first seen in rows before n_old are 0..m_old-1: an earlier run's, clustered already
         m_old = int(np.searchsorted(first_rows, known[0])) if known is not None else 0
+        # the texts whose values are held (all, or a grown version's new texts and the old ones that
+        # share a band key with one) and where: `held` (text indices) and `at_held` (their positions)
+        held, at_held = _held_texts(first_rows, signed.rows, n)
 
         def buckets_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            keys = keys if m == n else keys[first_rows]
+            keys = keys[at_held] if at_held is not None else keys
             if not m_old:
                 return _band_buckets(keys)
             # the buckets a new text is in, whole (their smallest members decide the edges). A hash set
             # of the new texts' keys: np.isin sorts the old and new keys together, a 10M-row sort per
             # band (seconds each, and a copy of the keys per thread) to learn about 100k new rows
-            new_keys = pl.Series(keys[m_old:], dtype=pl.UInt64)
-            old = pl.Series(keys[:m_old], dtype=pl.UInt64).is_in(new_keys.implode()).to_numpy()
-            at = np.concatenate([np.flatnonzero(old), np.arange(m_old, m)])
+            is_new = held >= m_old
+            new_keys = pl.Series(keys[is_new], dtype=pl.UInt64)
+            meets = pl.Series(keys, dtype=pl.UInt64).is_in(new_keys.implode()).to_numpy() | is_new
+            at = np.flatnonzero(meets)
             members, bucket = _band_buckets(keys[at])
-            return at[members], bucket
+            return held[at[members]], bucket
 
         buckets = list(pool.map(buckets_of, band_keys)) if pool else [buckets_of(k) for k in band_keys]
     finally:
         if pool:
             pool.shutdown()
     del band_keys
-    if m < n:
-        sketch, screenable = sketch[first_rows], screenable[first_rows]
+    sketch, screenable = signed.sketch, signed.screenable
+    if at_held is not None:
+        sketch, screenable = sketch[at_held], screenable[at_held]
+    del signed
     seed_edges = (u_of_row[known[1]], u_of_row[known[2]]) if m_old else None
     labels, counts = _cluster_candidates(texts, first_rows, buckets, sketch, screenable, threshold, ngram, verify_bytes,
-                                         seed_edges, m_old)
+                                         seed_edges, m_old, None if held.size == m else held)
     n_candidates, n_checked, n_verified = counts
     cluster = first_rows[labels[u_of_row]]
     return NearDuplicates(cluster.astype(np.int64), bands, rows, m, n_checked, n_verified, exact,
                           n_lsh_candidates=n_candidates, n_screened_out=n_candidates - n_checked)
 
 
+@dataclass
+class Signed:
+    """What signing made: every row's 64-bit text hash (`key`), and band keys (bands x rows), 8-bit
+    sketches and screenable flags for the rows in `rows` (sorted row indices), position for
+    position; `rows` None: for every row, row i at i."""
+
+    key: np.ndarray
+    band_keys: np.ndarray
+    sketch: np.ndarray
+    screenable: np.ndarray
+    rows: np.ndarray | None = None
+
+
 def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: int, rows: int,
-                 pool: ThreadPoolExecutor | None, on_block,
-                 stored=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 pool: ThreadPoolExecutor | None, on_block, stored=None, n_old: int = 0) -> Signed:
     """Steps 1-4, per block of rows: each text's 64-bit hash (for exact duplicates), its band keys,
     and the low 8 bits of its signature with whether it is long enough to screen on (step 5), in
     chunks of at most CHUNK_BYTES / CHUNK_TEXTS, on a few threads. Signatures are per text, so the
     blocks and chunks do not change them, and a block whose values `stored(a, b)` gives (an earlier
-    run's, for the same rows under the same parameters) is taken as it is, its texts not read."""
+    run's, for the same rows under the same parameters) is taken as it is, its texts not read.
+
+    `n_old` > 0 (a grown version whose parent clustered rows 0..n_old-1): the blocks of new rows are
+    signed first, and of the old rows' stored values only those of rows sharing a band key with a new
+    row are kept (`Signed.rows`): no other old text can meet a new one, and holding 10M rows' band
+    keys and sketches would cost ~3 GB to learn about 100k. Old blocks signed again (their stored
+    values unfit) are kept whole, as a caller may store them."""
     n = texts.n
     densify = _Densifier(num_perm, seed)
     key = np.empty(n, dtype=np.uint64)
-    band_keys = np.empty((bands, n), dtype=np.uint64)
-    sketch = np.empty((n, num_perm), dtype=np.uint8)
-    screenable = np.empty(n, dtype=bool)
-    for a, b in texts.blocks():
+
+    def sign(a: int, b: int) -> tuple[tuple[np.ndarray, ...], bool]:
+        """Rows a..b-1's (band keys, sketch, screenable), their text hashes written to `key`, and
+        whether they were stored."""
         values = stored(a, b) if stored is not None else None
         if values is not None:
-            key[a:b], band_keys[:, a:b], sketch[a:b], screenable[a:b] = values
-            continue
+            key[a:b] = values[0]
+            return values[1:], True
         parts = texts.parts((a, b))
         if on_block is not None:
             on_block(a, b, parts)
@@ -743,33 +772,75 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
         data, offsets = _texts_buffer(block)
         del block
         bounds = _chunk_bounds(offsets)
+        band_keys = np.empty((bands, b - a), dtype=np.uint64)
+        sketch = np.empty((b - a, num_perm), dtype=np.uint8)
 
         def work(i: int) -> None:
             d0, d1 = bounds[i], bounds[i + 1]
             sig = _signature_chunk(data, offsets, d0, d1, ngram, num_perm, seed, densify)
-            band_keys[:, a + d0 : a + d1] = _band_keys(sig, bands, rows)
-            sketch[a + d0 : a + d1] = sig.astype(np.uint8)  # the low 8 bits
-            lengths = offsets[d0 + 1 : d1 + 1] - offsets[d0:d1]
-            screenable[a + d0 : a + d1] = lengths >= SCREEN_MIN_BYTES_PER_VALUE * num_perm + ngram
+            band_keys[:, d0:d1] = _band_keys(sig, bands, rows)
+            sketch[d0:d1] = sig.astype(np.uint8)  # the low 8 bits
 
         if pool:
             list(pool.map(work, range(len(bounds) - 1)))
         else:
             for i in range(len(bounds) - 1):
                 work(i)
-        del data, offsets
-    return key, band_keys, sketch, screenable
+        screenable = np.diff(offsets) >= SCREEN_MIN_BYTES_PER_VALUE * num_perm + ngram
+        return (band_keys, sketch, screenable), False
+
+    blocks = texts.blocks()
+    if not n_old:
+        band_keys = np.empty((bands, n), dtype=np.uint64)
+        sketch = np.empty((n, num_perm), dtype=np.uint8)
+        screenable = np.empty(n, dtype=bool)
+        for a, b in blocks:
+            (band_keys[:, a:b], sketch[a:b], screenable[a:b]), _ = sign(a, b)
+        return Signed(key, band_keys, sketch, screenable)
+
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, band keys, sketch, screenable)
+    for a, b in [block for block in blocks if block[1] > n_old]:
+        kept.append((np.arange(a, b), *sign(a, b)[0]))
+    new_keys = [pl.Series(np.concatenate([part[1][band] for part in kept]), dtype=pl.UInt64).implode()
+                for band in range(bands)] if kept else None
+    for a, b in [block for block in blocks if block[1] <= n_old]:
+        (band_keys, sketch, screenable), was_stored = sign(a, b)
+        if was_stored:
+            meets = np.zeros(b - a, dtype=bool)
+            if new_keys is not None:
+                for band in range(bands):
+                    meets |= pl.Series(band_keys[band], dtype=pl.UInt64).is_in(new_keys[band]).to_numpy()
+            at = np.flatnonzero(meets)
+            band_keys, sketch, screenable = band_keys[:, at], sketch[at], screenable[at]
+            kept.append((a + at, band_keys, sketch, screenable))
+        else:
+            kept.append((np.arange(a, b), band_keys, sketch, screenable))
+    kept.sort(key=lambda part: int(part[0][0]) if part[0].size else n)
+    return Signed(key, np.concatenate([part[1] for part in kept], axis=1),
+                  np.concatenate([part[2] for part in kept]), np.concatenate([part[3] for part in kept]),
+                  np.concatenate([part[0] for part in kept]).astype(np.int64))
+
+
+def _held_texts(first_rows: np.ndarray, rows: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the unique texts whose values signing kept, sorted; their positions in its arrays, None where
+    text i is at i): a text's values are its first row's, and every row's are held where `rows` is None."""
+    if rows is None:
+        return np.arange(first_rows.size), (None if first_rows.size == n else first_rows)
+    pos = np.minimum(np.searchsorted(rows, first_rows), max(rows.size - 1, 0))
+    hit = rows[pos] == first_rows if rows.size else np.zeros(first_rows.size, dtype=bool)
+    return np.flatnonzero(hit), pos[hit]
 
 
 def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch: np.ndarray,
                         screenable: np.ndarray, threshold: float, ngram: int,
                         verify_bytes: int | None, seed_edges: tuple[np.ndarray, np.ndarray] | None = None,
-                        min_b: int = 0) -> tuple[np.ndarray, tuple[int, int, int]]:
+                        min_b: int = 0, held: np.ndarray | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
     """Steps 5-6 over the unique texts: candidates, band by band and in batches; edges whose texts
     are already connected are skipped, the rest screened on their signatures and verified by exact
     Jaccard; verified edges are unioned into clusters. Returns each unique text's cluster label and
     (candidates, verified by exact Jaccard, found similar). `seed_edges` join texts known to be
-    similar already (an earlier run's clusters), and only candidates with b >= `min_b` are made."""
+    similar already (an earlier run's clusters), and only candidates with b >= `min_b` are made.
+    `held`: the texts whose sketch and screenable flag are given, row for row (None: all)."""
     m = first_rows.size
 
     def unique_texts(u: np.ndarray) -> pl.Series:
@@ -778,7 +849,7 @@ def _cluster_candidates(texts: RowTexts, first_rows: np.ndarray, buckets, sketch
     # Reuse (a chosen reply shared by sibling pairs, canned refusals) makes thousands of pairs
     # candidates at Jaccard 0.4-0.7: the screen drops those on their signatures' estimate, so exact
     # verification (the costly part) runs on the pairs near or above the threshold only.
-    screen = _Screen(sketch, screenable, threshold)
+    screen = _Screen(sketch, screenable, threshold, held)
     # Every band's candidate pairs, each distinct pair once: the same two texts meet in many bands
     # (a shared reply puts them in one bucket band after band, and a big bucket's star keeps its
     # centre), and each pair is screened and verified at most once.

@@ -393,9 +393,16 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     later += [variant(later[k], 1) for k in range(3)]
     bands_rows = _lsh_split(0.8, 128, 5, None)
 
-    def run(texts: list[str], known=None):
-        return _find_near_duplicates(_Texts([pl.Series(texts)]), threshold=0.8, num_perm=128, ngram=5, seed=1,
-                                     bands_rows=bands_rows, n_threads=1, known=known)
+    class Parts(_Texts):  # blocks that end where the earlier part does, as a grown version's files do
+        def blocks(self):
+            return [(0, len(early)), (len(early), self.n)] if self.n > len(early) else [(0, self.n)]
+
+    signed = {}
+
+    def run(texts: list[str], known=None, stored=None):
+        return _find_near_duplicates(Parts([pl.Series(texts)]), threshold=0.8, num_perm=128, ngram=5, seed=1,
+                                     bands_rows=bands_rows, n_threads=1, known=known, stored=stored,
+                                     on_signed=lambda s: signed.__setitem__(len(texts), s))
 
     parent = run(early)
     rows = np.flatnonzero(parent.cluster != np.arange(len(early)))
@@ -404,6 +411,20 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     grown = run(early + later, known=(len(early), rows, parent.cluster[rows]))
     assert np.array_equal(grown.cluster, full.cluster)
     assert grown.flagged[len(early):].sum() >= 15 and grown.n_verified_pairs < full.n_verified_pairs
+
+    # the earlier part's values as a parent stored them: only its rows that share a band key with a
+    # later row are held, and the clusters are the same
+    mine = signed[len(early)]
+
+    def stored(a: int, b: int):
+        return (mine.key[a:b], mine.band_keys[:, a:b], mine.sketch[a:b], mine.screenable[a:b]) if b <= len(early) else None
+
+    from_stored = run(early + later, known=(len(early), rows, parent.cluster[rows]), stored=stored)
+    assert np.array_equal(from_stored.cluster, full.cluster)
+    assert from_stored.n_verified_pairs == grown.n_verified_pairs
+    held = signed[len(early) + len(later)].rows
+    assert np.array_equal(held[held >= len(early)], np.arange(len(early), len(early) + len(later)))
+    assert 0 < (held < len(early)).sum() < len(early) // 4
 
 
 def test_copies_the_parent_compared_are_not_compared_again_unless_the_keys_disagree(tmp_path):
