@@ -83,6 +83,29 @@ def test_the_ifeval_bench_config_is_a_chat_demo_config_with_dpo_overrides():
     assert set(config.training) <= {f.name for f in fields(DPOTrainConfig)}
     styled = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_ifeval_style.yaml", ChatDemoConfig)
     assert styled.prompt_set == "ifeval_style" and set(styled.training) <= {f.name for f in fields(DPOTrainConfig)}
+    taxed = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_tax.yaml", ChatDemoConfig)
+    assert taxed.replay_skill and taxed.control and set(taxed.training) <= {f.name for f in fields(DPOTrainConfig)}
+    assert taxed.training["max_steps"] > training_steps() and taxed.general is None and taxed.heldout is None
+
+
+def training_steps() -> int:
+    from prefdata.commands.demo_chat import TRAINING
+
+    return TRAINING["max_steps"]
+
+
+def test_replay_skill_out_of_range_is_one_line(tmp_path):
+    from prefdata.base.errors import UnusableInput
+    from prefdata.commands.demo import load_demo_config
+    from prefdata.commands.demo_chat import ChatDemoConfig
+
+    config = tmp_path / "c.yaml"
+    config.write_text("replay_skill: 5000\n")
+    with pytest.raises(UnusableInput, match="5000 replay items asked for, .* ask for fewer"):
+        load_demo_config(config, ChatDemoConfig)
+    config.write_text("replay_skill: -1\n")
+    with pytest.raises(UnusableInput, match="replay_skill must be 0 or more, got -1"):
+        load_demo_config(config, ChatDemoConfig)
 
 
 def test_the_prompt_set_names_a_shipped_train_set(tmp_path):
@@ -119,7 +142,7 @@ def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sent
 
     asked = []
 
-    def replies(model_dir, prompts, max_new_tokens, **_):
+    def replies(model_dir, prompts, max_new_tokens, *_, **__):
         asked.append((prompts, max_new_tokens))
         return (["It rains. It pours. And th", "no sentence end", "Seats are small.\n\nI sat. Seats are  small. I sat."]
                 + ["Fine."] * (len(prompts) - 3))
@@ -135,6 +158,16 @@ def test_the_replay_answers_the_requests_at_its_own_length_cut_after_a_full_sent
     asked.clear()
     _replay_stage(ChatDemoConfig(prompts=4), "model", tmp_path, Stages(1, lambda _: None), lambda _: None)
     assert asked[0][1] == chat_world.FOLLOW_TOKENS == ChatDemoConfig().replay_tokens
+    # replay_skill: the held-out word problems and reading questions follow, at the measure's lengths
+    from prefdata.world.general import load_general, replay_rows
+
+    asked.clear()
+    path = _replay_stage(ChatDemoConfig(prompts=4, replay_skill=6), "model", tmp_path, Stages(1, lambda _: None),
+                         lambda _: None)
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["prompt"] for r in written[4:]] == [row["question"] for row in replay_rows(6, load_general())]
+    assert sorted(tokens for _, tokens in asked[1:]) == [chat_world.GENERAL_TOKENS,
+                                                          chat_world.GENERAL_TOKENS_BY_KIND["reasoning"]]
 
 
 def test_the_follow_replay_keeps_constraints_only_where_the_reply_follows_or_is_repaired(monkeypatch):

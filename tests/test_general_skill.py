@@ -12,7 +12,7 @@ import pytest
 from prefdata.data.records import normalise_text
 from prefdata.world.facts import correct
 from prefdata.world.general import (_PROBLEMS, GENERAL_FILE, general_rows, load_general, number_answers,
-                                    paired_change, standard_error)
+                                    paired_change, replay_rows, standard_error)
 from prefdata.world.instructions import load_prompts
 
 ROWS = load_general()
@@ -137,6 +137,37 @@ def test_follow_outcomes_mark_each_held_out_prompt_whose_reply_follows(monkeypat
     assert outcomes == [int(verify(prompt, following.get(prompt, "word " * 300))) for prompt in prompts]
     assert 0 < sum(outcomes) < 24
     assert chat_world.measure("model", heldout=24, general=4)["follow"] == sum(outcomes) / 24
+
+
+def test_replay_items_are_of_the_rule_made_kinds_and_never_asked_by_the_measure():
+    rows = replay_rows(160, ROWS)
+    assert Counter(row["kind"] for row in rows) == {"reasoning": 80, "reading": 80}
+    assert not {row["question"] for row in rows} & {row["question"] for row in ROWS}
+    assert len({row["question"] for row in rows}) == 160 and replay_rows(160, ROWS) == rows  # distinct, seeded
+    # every template of both kinds is among them, so the replay covers the working the set asks for
+    assert {row["category"] for row in rows if row["kind"] == "reasoning"} == {f"problem {i + 1}" for i in range(len(_PROBLEMS))}
+    # with the measure's own questions as `shipped`, a question it asks is left out
+    assert rows[0]["question"] not in {row["question"] for row in replay_rows(160, ROWS + rows[:1])}
+    with pytest.raises(ValueError, match="holds out at most 3[0-9]{2} word problems and reading questions: ask for fewer"):
+        replay_rows(10_000, ROWS)
+
+
+def test_the_skill_replay_keeps_the_base_models_replies_right_or_wrong_at_the_measures_lengths(monkeypatch):
+    from prefdata.world import chat_world
+
+    rows = replay_rows(20, ROWS)
+    lengths = {}
+
+    def replies(model_dir, prompts, max_new_tokens, batch_size=32):
+        lengths.update({prompt: max_new_tokens for prompt in prompts})
+        return ["It is 7. It is 7. It is" if i % 2 else "I do not know" for i, _ in enumerate(prompts)]
+
+    monkeypatch.setattr(chat_world, "replies", replies)
+    examples = chat_world.skill_replay("model", rows)
+    assert [question for question, _ in examples] == [row["question"] for row in rows]
+    assert {reply for _, reply in examples} == {"It is 7.", "I do not know"}  # cut, wrong ones kept
+    for row in rows:
+        assert lengths[row["question"]] == chat_world.GENERAL_TOKENS_BY_KIND.get(row["kind"], chat_world.GENERAL_TOKENS)
 
 
 def _bench_general_score(*files):

@@ -112,6 +112,12 @@ class ChatDemoConfig:
                                                                  "tokens on the writing tasks it held general skill "
                                                                  "(0.470 -> 0.470) but IFEval gained +4.2 (best run: +6.5; "
                                                                  "bench/RESULTS.md, \"IFEval-style prompts\")."})
+    replay_skill: int = field(default=0, metadata={"help": "Also replay the base model's own replies (right or wrong) "
+                                                           "to this many word problems and reading questions the "
+                                                           "general-skill set never asks (general.replay_rows): its "
+                                                           "working, which DPO at three times the budget lost. 0 by "
+                                                           "default: at the demo's budget there is no tax to keep "
+                                                           "off; bench/chat_tax.yaml sets 160 (bench/RESULTS.md)."})
     audit_share: float = field(default=0.1, metadata={"help": "Share of verifier-decided pairs also sent to humans."})
     training: dict = field(default_factory=dict, metadata={"help": "Overrides of the DPO config (both runs)."})
     control: bool = field(default=True, metadata={"help": "Also train without SFT mixing and report its general skill."})
@@ -126,6 +132,12 @@ class ChatDemoConfig:
 
         if self.prompt_set not in PROMPT_SETS:
             raise ValueError(f"prompt_set must be one of {', '.join(PROMPT_SETS)}, got {self.prompt_set!r}")
+        if self.replay_skill:
+            from prefdata.world.general import load_general, replay_rows
+
+            if self.replay_skill < 0:
+                raise ValueError(f"replay_skill must be 0 or more, got {self.replay_skill}")
+            replay_rows(self.replay_skill, load_general())  # too many: its one line, before any work
 
 
 # DPO on the real model, as measured in bench/RESULTS.md ("The chat demo"): 32 steps of 4 pairs at lr
@@ -233,18 +245,23 @@ def _replay_prompts(config: ChatDemoConfig) -> list[str]:
 def _replay_stage(config: ChatDemoConfig, model: str, out_dir: Path, stages: Stages,
                   say: Callable[[str], None]) -> Path:
     """The general SFT data the mixing run mixes in: the base model's replies to _replay_prompts
-    without their constraints, or with them where followed (replay_follow; chat_world.replay)."""
+    without their constraints, or with them where followed (replay_follow; chat_world.replay), and
+    with `replay_skill`, to that many held-out general-skill-shaped items (chat_world.skill_replay)."""
     from prefdata.flows.collect import release_models
     from prefdata.trainers.data import write_sft_file
-    from prefdata.world.chat_world import replay
+    from prefdata.world.chat_world import replay, skill_replay
+    from prefdata.world.general import load_general, replay_rows
     from prefdata.world.instructions import constraints_of
 
     prompts = _replay_prompts(config)
     how = "with their constraints where followed or repaired" if config.replay_follow else "without their constraints"
-    with stages.stage("replay", f"general SFT data: the base model's replies to {len(prompts)} train prompts {how}"):
+    skill = f", and to {config.replay_skill} word problems and reading questions" if config.replay_skill else ""
+    with stages.stage("replay", f"general SFT data: the base model's replies to {len(prompts)} train prompts {how}{skill}"):
         examples = replay(model, prompts, config.replay_tokens, follow=config.replay_follow)
-        release_models()  # the heap the replies used, before training
         kept = sum(bool(constraints_of(question)) for question, _ in examples)
+        if config.replay_skill:
+            examples += skill_replay(model, replay_rows(config.replay_skill, load_general()))
+        release_models()  # the heap the replies used, before training
         say(f"      {len(examples)} examples ({kept} with their constraints) -> {out_dir / 'general_sft.jsonl'}")
     return write_sft_file(out_dir / "general_sft.jsonl", examples)
 

@@ -9,6 +9,8 @@
                                constraint: general SFT data to mix in against the alignment tax
                                (SmolLM2's own SFT data is not shipped); with follow, to the prompts
                                with their constraints, repaired where a rule can (following_reply)
+    skill_replay(model, rows)  its greedy replies to general-skill-shaped items the measure never asks
+                               (general.replay_rows): its own working on word problems, to mix in
     measure(model_dir, ...)    held-out constraint following (instructions.verify) and general skill
                                (general.py's set, scored by facts.correct) with its standard error and
                                each item's outcome, for a paired before/after
@@ -104,6 +106,15 @@ def replay(model_dir: str | Path, prompts: list[str], max_new_tokens: int = FOLL
         if reply.strip():
             examples[i] = (question, reply)
     return [example for example in examples if example is not None]
+
+
+def skill_replay(model_dir: str | Path, rows: list[dict], batch_size: int = BATCH) -> list[tuple[str, str]]:
+    """(question, reply): the model's greedy replies to general-skill-shaped items the measure never
+    asks (general.replay_rows), at the measure's reply lengths, cut by cut_reply. Replies are kept
+    right or wrong: a replay anchors the model to what it did, it does not teach it more, so the
+    measure after training is not lifted by answers the base model did not give."""
+    return [(row["question"], cut_reply(text)) for row, text in zip(rows, general_replies(model_dir, rows, batch_size))
+            if cut_reply(text).strip()]
 
 
 def following_reply(prompt: str, answer: str) -> tuple[str, str] | None:

@@ -201,6 +201,25 @@ def general_rows(seed: str = SEED) -> list[dict]:
     return rows
 
 
+def replay_rows(n: int, shipped: Sequence[dict], seed: str = "general-replay") -> list[dict]:
+    """`n` items of the rule-made kinds (word problems and reading, half each) drawn with another seed
+    and none of whose questions is in `shipped`: questions of the set's kinds that the measure never
+    asks, for a replay of the base model's own answers (its working on word problems among them) to
+    mix into training. Facts and word forms come from fixed lists the measure uses whole, so they
+    have no held-out items."""
+    rng, asked = random.Random(seed), {row["question"] for row in shipped}
+    reasoning = [row for row in reasoning_rows(rng) if row["question"] not in asked]
+    reading = [row for row in reading_rows(rng) if row["question"] not in asked]
+    rng.shuffle(reasoning)  # made template by template: the first n would be the first templates' alone
+    half = n // 2
+    if len(reasoning) < n - half or len(reading) < half:
+        raise ValueError(f"{n} replay items asked for, but the general-skill set holds out at most "
+                         f"{2 * min(len(reasoning), len(reading))} word problems and reading questions: ask for fewer")
+    rows = reasoning[:n - half] + reading[:half]
+    rng.shuffle(rows)
+    return rows
+
+
 def load_general(path: Path = GENERAL_FILE) -> list[dict]:
     """The shipped general-skill set: rows {"question", "answers", "kind", "category"} (+ "wrong")."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
