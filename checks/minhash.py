@@ -726,6 +726,10 @@ def _find_near_duplicates(
                           n_lsh_candidates=n_candidates, n_screened_out=n_candidates - n_checked)
 
 
+# stored rows a grown version's run filters at a time (`_sign_blocks`' n_old): ~80 MB of their values
+FILTER_ROWS = 1 << 18
+
+
 @dataclass
 class Signed:
     """What signing made: every row's 64-bit text hash (`key`), and band keys (bands x rows), 8-bit
@@ -803,18 +807,37 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
         kept.append((np.arange(a, b), *sign(a, b)[0]))
     new_keys = [pl.Series(np.concatenate([part[1][band] for part in kept]), dtype=pl.UInt64).implode()
                 for band in range(bands)] if kept else None
+    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # stored blocks not yet filtered
+
+    def keep_meeting() -> None:
+        """Of the pending stored rows, those sharing a band key with a new row, in one pass per band:
+        is_in builds its hash set of the new keys per call, so per 16k-row block it cost 20 s at 10M."""
+        rows_, band_keys, sketch, screenable = (np.concatenate([p[0] for p in pending]),
+                                                np.concatenate([p[1] for p in pending], axis=1),
+                                                np.concatenate([p[2] for p in pending]),
+                                                np.concatenate([p[3] for p in pending]))
+        pending.clear()
+
+        def meets_in(band: int) -> np.ndarray:
+            return pl.Series(band_keys[band], dtype=pl.UInt64).is_in(new_keys[band]).to_numpy()
+
+        meets = np.zeros(rows_.size, dtype=bool)
+        if new_keys is not None:
+            for found in (pool.map(meets_in, range(bands)) if pool else map(meets_in, range(bands))):
+                meets |= found
+        at = np.flatnonzero(meets)
+        kept.append((rows_[at], band_keys[:, at], sketch[at], screenable[at]))
+
     for a, b in [block for block in blocks if block[1] <= n_old]:
         (band_keys, sketch, screenable), was_stored = sign(a, b)
-        if was_stored:
-            meets = np.zeros(b - a, dtype=bool)
-            if new_keys is not None:
-                for band in range(bands):
-                    meets |= pl.Series(band_keys[band], dtype=pl.UInt64).is_in(new_keys[band]).to_numpy()
-            at = np.flatnonzero(meets)
-            band_keys, sketch, screenable = band_keys[:, at], sketch[at], screenable[at]
-            kept.append((a + at, band_keys, sketch, screenable))
-        else:
+        if not was_stored:
             kept.append((np.arange(a, b), band_keys, sketch, screenable))
+            continue
+        pending.append((np.arange(a, b), band_keys, sketch, screenable))
+        if sum(p[0].size for p in pending) >= FILTER_ROWS:
+            keep_meeting()
+    if pending:
+        keep_meeting()
     kept.sort(key=lambda part: int(part[0][0]) if part[0].size else n)
     return Signed(key, np.concatenate([part[1] for part in kept], axis=1),
                   np.concatenate([part[2] for part in kept]), np.concatenate([part[3] for part in kept]),

@@ -363,13 +363,14 @@ def test_band_edges_among_earlier_members_do_not_change_when_later_ones_join():
     assert len(a) == MAX_ALL_PAIRS_BUCKET * (MAX_ALL_PAIRS_BUCKET - 1) // 2 + 20 - MAX_ALL_PAIRS_BUCKET
 
 
-def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over_all_rows():
+def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over_all_rows(monkeypatch):
     """Variants of a canned reply in both parts (about half of their pairs similar enough), near copies
     across the two parts and within the later one, exact copies of earlier rows. (That a bucket growing
     past MAX_ALL_PAIRS_BUCKET keeps its earlier edges is the test above: LSH rarely makes one here.)"""
     import polars as pl
 
     from prefdata.checks.dedup import _Texts
+    from prefdata.checks import minhash
     from prefdata.checks.minhash import _find_near_duplicates, _lsh_split
 
     rnd = random.Random(5)
@@ -393,9 +394,10 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     later += [variant(later[k], 1) for k in range(3)]
     bands_rows = _lsh_split(0.8, 128, 5, None)
 
-    class Parts(_Texts):  # blocks that end where the earlier part does, as a grown version's files do
+    class Parts(_Texts):  # blocks of 50 rows that end where the earlier part does, as a grown version's files do
         def blocks(self):
-            return [(0, len(early)), (len(early), self.n)] if self.n > len(early) else [(0, self.n)]
+            cut = min(len(early), self.n)
+            return [(a, min(a + 50, cut)) for a in range(0, cut, 50)] + ([(cut, self.n)] if self.n > cut else [])
 
     signed = {}
 
@@ -419,6 +421,7 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     def stored(a: int, b: int):
         return (mine.key[a:b], mine.band_keys[:, a:b], mine.sketch[a:b], mine.screenable[a:b]) if b <= len(early) else None
 
+    monkeypatch.setattr(minhash, "FILTER_ROWS", 120)  # stored rows filtered three blocks at a time
     from_stored = run(early + later, known=(len(early), rows, parent.cluster[rows]), stored=stored)
     assert np.array_equal(from_stored.cluster, full.cluster)
     assert from_stored.n_verified_pairs == grown.n_verified_pairs
