@@ -28,7 +28,8 @@ preference pairs. The pipeline (checks/dedup.py describes step 1, exact copies):
    `MAX_ALL_PAIRS_BUCKET` texts (in text order) are candidates all pairs, and each further member
    is linked to the bucket's first text (a star), so the work stays linear in the bucket size; and
    texts joining later never change the candidates among earlier ones (a grown version's edges
-   among its parent's texts are its parent's, so it starts from the parent's clusters: `known`).
+   among its parent's texts are its parent's, so it starts from the parent's clusters: `known`,
+   and of its parent's stored values holds only the texts sharing a band key with a new one).
 5. Verification: bands are processed one after another, candidates in batches; a candidate whose
    two texts are already in one cluster is skipped, the others get the exact Jaccard of their
    shingle sets (recomputed for those texts only) and are dropped below the threshold, so every
