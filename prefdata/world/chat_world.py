@@ -113,8 +113,8 @@ def skill_replay(model_dir: str | Path, rows: list[dict], batch_size: int = BATC
     asks (general.replay_rows), at the measure's reply lengths, cut by cut_reply. Replies are kept
     right or wrong: a replay anchors the model to what it did, it does not teach it more, so the
     measure after training is not lifted by answers the base model did not give."""
-    return [(row["question"], cut_reply(text)) for row, text in zip(rows, general_replies(model_dir, rows, batch_size))
-            if cut_reply(text).strip()]
+    cut = [(row["question"], cut_reply(text)) for row, text in zip(rows, general_replies(model_dir, rows, batch_size))]
+    return [(question, reply) for question, reply in cut if reply.strip()]
 
 
 def following_reply(prompt: str, answer: str) -> tuple[str, str] | None:

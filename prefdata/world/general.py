@@ -203,10 +203,11 @@ def general_rows(seed: str = SEED) -> list[dict]:
 
 def replay_rows(n: int, shipped: Sequence[dict], seed: str = "general-replay") -> list[dict]:
     """`n` items of the rule-made kinds (word problems and reading, half each) drawn with another seed
-    and none of whose questions is in `shipped`: questions of the set's kinds that the measure never
-    asks, for a replay of the base model's own answers (its working on word problems among them) to
-    mix into training. Facts and word forms come from fixed lists the measure uses whole, so they
-    have no held-out items."""
+    and none of whose questions is in `shipped`: questions the measure never asks, for a replay of the
+    base model's own answers (its working on word problems among them) to mix into training. They
+    share the measure's templates and word lists (other numbers, names and pairings), so a replay of
+    them anchors the model on those two kinds in particular; facts and word forms come from fixed
+    lists the measure uses whole, have no held-out items, and show what the replay does elsewhere."""
     rng, asked = random.Random(seed), {row["question"] for row in shipped}
     reasoning = [row for row in reasoning_rows(rng) if row["question"] not in asked]
     reading = [row for row in reading_rows(rng) if row["question"] not in asked]
