@@ -803,35 +803,37 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
             (band_keys[:, a:b], sketch[a:b], screenable[a:b]), _ = sign(a, b)
         return Signed(key, band_keys, sketch, screenable)
 
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, band keys, sketch, screenable)
-    for a, b in [block for block in blocks if block[1] > n_old]:
-        kept.append((np.arange(a, b), *sign(a, b)[0]))
-    new_keys = [pl.Series(np.concatenate([part[1][band] for part in kept]), dtype=pl.UInt64).implode()
-                for band in range(bands)] if kept else None
+    # (rows, band keys, sketch, screenable) in row order: the old rows kept, then the new ones
+    new = [(np.arange(a, b), *sign(a, b)[0]) for a, b in blocks if b > n_old]
+    new_keys = [pl.Series(np.concatenate([part[1][band] for part in new]), dtype=pl.UInt64).implode()
+                for band in range(bands)] if new else None
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # stored blocks not yet filtered
 
     def keep_meeting() -> None:
         """Of the pending stored rows, those sharing a band key with a new row, in one pass per band:
         is_in builds its hash set of the new keys per call, so per 16k-row block it cost 20 s at 10M."""
-        rows_, band_keys, sketch, screenable = (np.concatenate([p[0] for p in pending]),
-                                                np.concatenate([p[1] for p in pending], axis=1),
-                                                np.concatenate([p[2] for p in pending]),
-                                                np.concatenate([p[3] for p in pending]))
+        at_rows, band_keys, sketch, screenable = (np.concatenate([p[0] for p in pending]),
+                                                  np.concatenate([p[1] for p in pending], axis=1),
+                                                  np.concatenate([p[2] for p in pending]),
+                                                  np.concatenate([p[3] for p in pending]))
         pending.clear()
 
         def meets_in(band: int) -> np.ndarray:
             return pl.Series(band_keys[band], dtype=pl.UInt64).is_in(new_keys[band]).to_numpy()
 
-        meets = np.zeros(rows_.size, dtype=bool)
+        meets = np.zeros(at_rows.size, dtype=bool)
         if new_keys is not None:
             for found in (pool.map(meets_in, range(bands)) if pool else map(meets_in, range(bands))):
                 meets |= found
         at = np.flatnonzero(meets)
-        kept.append((rows_[at], band_keys[:, at], sketch[at], screenable[at]))
+        kept.append((at_rows[at], band_keys[:, at], sketch[at], screenable[at]))
 
     for a, b in [block for block in blocks if block[1] <= n_old]:
         (band_keys, sketch, screenable), was_stored = sign(a, b)
-        if not was_stored:
+        if not was_stored:  # kept whole, after the stored rows before it: `kept` stays in row order
+            if pending:
+                keep_meeting()
             kept.append((np.arange(a, b), band_keys, sketch, screenable))
             continue
         pending.append((np.arange(a, b), band_keys, sketch, screenable))
@@ -839,7 +841,7 @@ def _sign_blocks(texts: RowTexts, num_perm: int, ngram: int, seed: int, bands: i
             keep_meeting()
     if pending:
         keep_meeting()
-    kept.sort(key=lambda part: int(part[0][0]) if part[0].size else n)
+    kept += new  # every new block ends after n_old, so after every old one
     return Signed(key, np.concatenate([part[1] for part in kept], axis=1),
                   np.concatenate([part[2] for part in kept]), np.concatenate([part[3] for part in kept]),
                   np.concatenate([part[0] for part in kept]).astype(np.int64))

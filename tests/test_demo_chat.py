@@ -75,7 +75,7 @@ def test_the_ifeval_bench_config_is_a_chat_demo_config_with_dpo_overrides():
     from dataclasses import fields
 
     from prefdata.commands.demo import load_demo_config
-    from prefdata.commands.demo_chat import ChatDemoConfig
+    from prefdata.commands.demo_chat import TRAINING, ChatDemoConfig
     from prefdata.trainers.dpo import DPOTrainConfig
 
     config = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_ifeval.yaml", ChatDemoConfig)
@@ -85,13 +85,7 @@ def test_the_ifeval_bench_config_is_a_chat_demo_config_with_dpo_overrides():
     assert styled.prompt_set == "ifeval_style" and set(styled.training) <= {f.name for f in fields(DPOTrainConfig)}
     taxed = load_demo_config(Path(__file__).parents[1] / "bench" / "chat_tax.yaml", ChatDemoConfig)
     assert taxed.replay_skill and taxed.control and set(taxed.training) <= {f.name for f in fields(DPOTrainConfig)}
-    assert taxed.training["max_steps"] > training_steps() and taxed.general is None and taxed.heldout is None
-
-
-def training_steps() -> int:
-    from prefdata.commands.demo_chat import TRAINING
-
-    return TRAINING["max_steps"]
+    assert taxed.training["max_steps"] > TRAINING["max_steps"] and taxed.general is None and taxed.heldout is None
 
 
 def test_replay_skill_out_of_range_is_one_line(tmp_path):

@@ -428,6 +428,12 @@ def test_starting_from_an_earlier_runs_clusters_finds_the_clusters_of_a_run_over
     held = signed[len(early) + len(later)].rows
     assert np.array_equal(held[held >= len(early)], np.arange(len(early), len(early) + len(later)))
     assert 0 < (held < len(early)).sum() < len(early) // 4
+    # a block whose stored values are unfit is signed again and held whole, in its place among the rest
+    again = run(early + later, known=(len(early), rows, parent.cluster[rows]),
+                stored=lambda a, b: None if a == 100 else stored(a, b))
+    assert np.array_equal(again.cluster, full.cluster)
+    held = signed[len(early) + len(later)].rows
+    assert np.all(np.diff(held) > 0) and set(range(100, 150)) <= set(held.tolist())
 
 
 def test_copies_the_parent_compared_are_not_compared_again_unless_the_keys_disagree(tmp_path):
